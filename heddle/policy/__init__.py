@@ -1,0 +1,60 @@
+"""heddle's dtype policy: the dtype set, the lattice, op-class rules, scalars, defaults and errors.
+
+See POLICY.md. Everything here is pure metadata except ``enforce`` (a JAX config scope).
+"""
+
+from heddle.policy._dtypes import ALIASES as ALIASES
+from heddle.policy._dtypes import DTYPES as DTYPES
+from heddle.policy._dtypes import dtype as dtype
+from heddle.policy._enforce import enforce as enforce
+from heddle.policy._errors import PolicyError as PolicyError
+from heddle.policy._errors import PrecisionError as PrecisionError
+from heddle.policy._errors import PromotionError as PromotionError
+from heddle.policy._errors import ScalarRangeError as ScalarRangeError
+from heddle.policy._errors import UnknownDTypeError as UnknownDTypeError
+from heddle.policy._policy import HEDDLE as HEDDLE
+from heddle.policy._policy import JAX as JAX
+from heddle.policy._policy import Policy as Policy
+from heddle.policy._policy import PromotionTable as PromotionTable
+from heddle.policy._policy import current as current
+from heddle.policy._policy import default_dtypes as default_dtypes
+from heddle.policy._policy import use as use
+from heddle.policy._rules import OpClass as OpClass
+from heddle.policy._rules import acc_dtype as acc_dtype
+from heddle.policy._rules import can_lossless_cast as can_lossless_cast
+from heddle.policy._rules import grad_dtype as grad_dtype
+from heddle.policy._rules import least_upper_float as least_upper_float
+from heddle.policy._rules import promote_types as promote_types
+from heddle.policy._rules import reduction_dtypes as reduction_dtypes
+from heddle.policy._rules import result_dtype as result_dtype
+from heddle.policy._scalars import result_type as result_type
+from heddle.policy._table import table as table
+
+__all__ = [
+    "ALIASES",
+    "DTYPES",
+    "HEDDLE",
+    "JAX",
+    "OpClass",
+    "Policy",
+    "PolicyError",
+    "PrecisionError",
+    "PromotionError",
+    "PromotionTable",
+    "ScalarRangeError",
+    "UnknownDTypeError",
+    "acc_dtype",
+    "can_lossless_cast",
+    "current",
+    "default_dtypes",
+    "dtype",
+    "enforce",
+    "grad_dtype",
+    "least_upper_float",
+    "promote_types",
+    "reduction_dtypes",
+    "result_dtype",
+    "result_type",
+    "table",
+    "use",
+]

@@ -1,0 +1,379 @@
+"""The active ``Policy``: the promotion table plus the defaults every op reads.
+
+A ``Policy`` is a frozen, hashable value. The active one lives in a ``jax.make_user_context``
+context, so it is thread-local and part of ``jax.jit``'s cache key: a function traced under one policy
+is traced again under another, never reused stale.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import dataclasses
+import io
+import os
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import jax
+import numpy as np
+
+from heddle.policy import _dtypes as D
+from heddle.policy import _lattice
+from heddle.policy._errors import PromotionError, UnknownDTypeError, message
+
+Pair = tuple[np.dtype, np.dtype]
+
+
+class PromotionTable(Mapping[Pair, "np.dtype | None"]):
+    """An immutable, hashable pairwise promotion table; ``None`` marks a ``PromotionError`` cell.
+
+    Args:
+      cells: every ordered pair of dtypes it covers, mapped to the result dtype or None.
+      name: a label for messages.
+    """
+
+    def __init__(self, cells: Mapping[Pair, np.dtype | None], name: str = "custom") -> None:
+        self._cells = dict(cells)
+        self._name = name
+        self._hash = hash(
+            tuple(
+                sorted(
+                    (a.name, b.name, getattr(r, "name", None)) for (a, b), r in self._cells.items()
+                )
+            )
+        )
+
+    def __getitem__(self, key: Pair) -> np.dtype | None:
+        return self._cells[key]
+
+    def __iter__(self) -> Iterator[Pair]:
+        return iter(self._cells)
+
+    def __len__(self) -> int:
+        return len(self._cells)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, PromotionTable)
+            and self._hash == other._hash
+            and self._cells == other._cells
+        )
+
+    def __repr__(self) -> str:
+        return f"PromotionTable({self._name!r}, {len(self._cells)} cells)"
+
+    @property
+    def dtypes(self) -> tuple[np.dtype, ...]:
+        """The dtypes the table covers, in ``DTYPES`` order."""
+        present = {a for a, _ in self._cells}
+        return tuple(d for d in D.DTYPES if d in present)
+
+
+def _table_from_csv(text: str) -> dict[Pair, np.dtype | None]:
+    rows = list(csv.reader(io.StringIO(text.strip())))
+    header = [D.dtype(n) for n in rows[0][1:]]
+    cells: dict[Pair, np.dtype | None] = {}
+    for row in rows[1:]:
+        a = D.dtype(row[0])
+        for b, v in zip(header, row[1:], strict=True):
+            cells[a, b] = None if v.strip() == "error" else D.dtype(v)
+    return cells
+
+
+def _jax_cells() -> dict[Pair, np.dtype | None]:
+    cells: dict[Pair, np.dtype | None] = {}
+    for a in D.DTYPES:
+        for b in D.DTYPES:
+            try:
+                cells[a, b] = np.dtype(jax.numpy.promote_types(a, b))
+            except (TypeError, jax.dtypes.TypePromotionError):
+                cells[a, b] = None
+    return cells
+
+
+def _default_from_env(var: str, fallback: str, kinds: str) -> np.dtype:
+    raw = os.environ.get(var)
+    if raw is None:
+        return D.dtype(fallback)
+    try:
+        d = D.dtype(raw)
+    except UnknownDTypeError as e:
+        raise UnknownDTypeError(
+            message(
+                f"{var}={raw!r}",
+                "that names no dtype of heddle's policy",
+                f"Unset it or set e.g. {var}={fallback}. {e}",
+            )
+        ) from None
+    if D.kind(d) not in kinds:
+        raise UnknownDTypeError(
+            message(
+                f"{var}={raw!r}",
+                f"{d.name} is not of the kind this default needs",
+                f"Set e.g. {var}={fallback}.",
+            )
+        )
+    return d
+
+
+@dataclasses.dataclass(frozen=True)
+class Policy:
+    """A dtype policy: the promotion table and the defaults that ops read.
+
+    Attributes:
+      name: a label shown in messages.
+      table: the pairwise promotion table.
+      default_float: dtype of a Python float with no typed operand (and of float-only ops on integers).
+      default_int: dtype of a Python int with no typed operand.
+      default_complex: dtype of a Python complex with no typed operand.
+      min_float_acc: the narrowest float accumulation dtype (``float64`` for statistics work).
+      index_dtype: dtype of index-producing ops (argmax, argsort, ...).
+      float_result_for_int: dtype that float-only ops give for integer or bool input; None means
+        ``default_float``.
+      check_scalar_range: whether Python scalars out of the dtype's range are errors.
+      float32_matmul_precision: ``jax.lax.Precision`` name for float32 contractions; ``"highest"``
+        runs them at full float32 precision, ``"default"`` lets the backend use reduced-precision
+        passes (TF32 on NVIDIA GPUs).
+
+    Examples:
+      >>> from heddle import policy
+      >>> policy.HEDDLE.promote("float16", "bfloat16")
+      dtype('float32')
+    """
+
+    name: str
+    table: PromotionTable
+    default_float: np.dtype = np.dtype("float32")
+    default_int: np.dtype = np.dtype("int32")
+    default_complex: np.dtype = np.dtype("complex64")
+    min_float_acc: np.dtype = np.dtype("float32")
+    index_dtype: np.dtype = np.dtype("int32")
+    float_result_for_int: np.dtype | None = None
+    check_scalar_range: bool = True
+    float32_matmul_precision: str = "highest"
+
+    def __post_init__(self) -> None:
+        for field in (
+            "default_float",
+            "default_int",
+            "default_complex",
+            "min_float_acc",
+            "index_dtype",
+        ):
+            object.__setattr__(self, field, D.dtype(getattr(self, field)))
+        if self.float_result_for_int is not None:
+            object.__setattr__(self, "float_result_for_int", D.dtype(self.float_result_for_int))
+        if self.float32_matmul_precision not in ("highest", "high", "default"):
+            raise ValueError(
+                message(
+                    f"Policy(float32_matmul_precision={self.float32_matmul_precision!r})",
+                    "it must name a jax.lax.Precision",
+                    "Use 'highest' (full float32), 'high' or 'default' (backend's choice, TF32 on NVIDIA).",
+                )
+            )
+
+    @classmethod
+    def from_table(
+        cls,
+        table: Mapping[tuple[Any, Any], Any] | str | os.PathLike,
+        *,
+        name: str = "custom",
+        **fields: Any,
+    ) -> Policy:
+        """Builds a policy from a user's own lattice.
+
+        Args:
+          table: a mapping ``{(a, b): result}`` with ``None`` or ``"error"`` for refused pairs (dtype
+            names or dtypes), or CSV text / a path to a CSV in the layout of ``promotion.csv``.
+          name: a label for messages.
+          **fields: any other ``Policy`` field (``default_float=...``).
+
+        Returns:
+          The policy. Pairs the table does not cover are errors; a table that is not symmetric is refused.
+
+        Raises:
+          ValueError: the table is not symmetric or a cell's result is not one of its operands' containers.
+
+        Examples:
+          >>> from heddle import policy
+          >>> p = policy.Policy.from_table({("float16", "bfloat16"): "float16"}, name="f16-wins")
+          >>> p.promote("bfloat16", "float16")
+          dtype('float16')
+        """
+        if isinstance(table, (str, os.PathLike)):
+            text = str(table)
+            if not text.lstrip().startswith(","):
+                with open(table) as f:
+                    text = f.read()
+            cells = _table_from_csv(text)
+        else:
+            cells = {}
+            for (a, b), r in table.items():
+                res = None if r is None or (isinstance(r, str) and r == "error") else D.dtype(r)
+                cells[D.dtype(a), D.dtype(b)] = res
+                cells.setdefault((D.dtype(b), D.dtype(a)), res)
+            for a in {a for a, _ in cells}:
+                cells.setdefault((a, a), a)
+        for (a, b), r in cells.items():
+            if cells.get((b, a), r) != r:
+                raise ValueError(
+                    message(
+                        f"Policy.from_table(...) with {a.name} x {b.name} -> {r} but {b.name} x {a.name} -> {cells[b, a]}",
+                        "a promotion table must be symmetric",
+                        "Give one result per unordered pair.",
+                    )
+                )
+        return cls(name=name, table=PromotionTable(cells, name), **fields)
+
+    def promote(self, a: Any, b: Any) -> np.dtype:
+        """The promotion of two dtypes under this policy (dtype-likes, no scalars).
+
+        Raises:
+          PromotionError: the table has no result for the pair.
+        """
+        a, b = D.dtype(a), D.dtype(b)
+        r = self.table.get((a, b))
+        if r is None:
+            raise PromotionError(_promotion_message(self, a, b))
+        return r
+
+    @property
+    def int_float_dtype(self) -> np.dtype:
+        """The dtype float-only ops give for integer or bool input."""
+        return self.float_result_for_int or self.default_float
+
+
+def _promotion_message(p: Policy, a: np.dtype, b: np.dtype) -> str:
+    asked = f"promoting {a.name} with {b.name} (policy {p.name!r})"
+    kinds = {D.kind(a), D.kind(b)}
+    if (a, b) not in p.table:
+        return message(
+            asked,
+            "the policy's table does not cover this pair",
+            "Convert one operand explicitly, e.g. heddle.astype(x, 'float32').",
+        )
+    if kinds <= {"i", "u"}:
+        return message(
+            asked,
+            "no integer dtype holds every value of both (uint64 and a signed integer)",
+            "Convert explicitly: heddle.astype(x, 'int64') if the values fit, or heddle.astype(x, 'float64').",
+        )
+    holders = [
+        c.name for c in _lattice.REAL_FLOATS if _lattice.holds(c, a) and _lattice.holds(c, b)
+    ]
+    return message(
+        asked,
+        f"no unique narrowest format holds every value of both (candidates: {', '.join(holders[:2])})",
+        f"Cast explicitly to the one you mean, e.g. heddle.astype(x, '{holders[0] if holders else 'float32'}').",
+    )
+
+
+HEDDLE = Policy(
+    name="heddle",
+    table=PromotionTable(_lattice.derive_table(), "heddle"),
+    default_float=_default_from_env("HEDDLE_DEFAULT_FLOAT", "float32", "f"),
+    default_int=_default_from_env("HEDDLE_DEFAULT_INT", "int32", "iu"),
+    float32_matmul_precision="default" if os.environ.get("HEDDLE_TF32", "0") == "1" else "highest",
+)
+"""The default policy: POLICY.md's lattice and defaults (``HEDDLE_DEFAULT_FLOAT``/``_INT`` read at import)."""
+
+
+JAX = Policy(
+    name="jax",
+    table=PromotionTable(_jax_cells(), "jax"),
+    check_scalar_range=False,
+)
+"""JAX's own promotion table (``jax.numpy.promote_types``), for comparison and migration."""
+
+
+_ACTIVE = jax.make_user_context(default_value=None)
+
+
+def current() -> Policy:
+    """The active policy of this thread (``HEDDLE`` unless inside ``use``).
+
+    Examples:
+      >>> from heddle import policy
+      >>> policy.current().name
+      'heddle'
+    """
+    p = _ACTIVE.value
+    return HEDDLE if p is None else p
+
+
+@contextlib.contextmanager
+def use(p: Policy) -> Iterator[Policy]:
+    """Makes ``p`` the active policy of this thread inside the ``with`` block.
+
+    The policy is part of ``jax.jit``'s cache key, so a jitted function called inside the block is
+    traced under ``p``.
+
+    Args:
+      p: the policy.
+
+    Returns:
+      A context manager yielding ``p``.
+
+    Examples:
+      >>> from heddle import policy
+      >>> with policy.use(policy.JAX):
+      ...     policy.current().name
+      'jax'
+    """
+    if not isinstance(p, Policy):
+        raise TypeError(
+            message(
+                f"use({p!r})",
+                "it takes a heddle.policy.Policy",
+                "Pass e.g. heddle.policy.HEDDLE or heddle.policy.JAX.",
+            )
+        )
+    with _ACTIVE(p):
+        yield p
+
+
+@contextlib.contextmanager
+def default_dtypes(float: Any = None, int: Any = None, complex: Any = None) -> Iterator[Policy]:
+    """Changes the scalar defaults of the active policy inside the ``with`` block.
+
+    Args:
+      float: dtype of Python floats with no typed operand (a float dtype), or None to keep.
+      int: dtype of Python ints with no typed operand (an integer dtype), or None to keep.
+      complex: dtype of Python complex numbers with no typed operand, or None to keep.
+
+    Returns:
+      A context manager yielding the policy in force inside.
+
+    Raises:
+      UnknownDTypeError: a name is not a dtype, or not of the right kind.
+
+    Examples:
+      >>> from heddle import policy
+      >>> with policy.default_dtypes(float="bfloat16"):
+      ...     policy.result_type(0.5)
+      dtype(bfloat16)
+    """
+    changes = {}
+    for field, value, kinds in (
+        ("default_float", float, "f"),
+        ("default_int", int, "iu"),
+        ("default_complex", complex, "c"),
+    ):
+        if value is None:
+            continue
+        d = D.dtype(value)
+        if D.kind(d) not in kinds:
+            raise UnknownDTypeError(
+                message(
+                    f"default_dtypes({field.removeprefix('default_')}={value!r})",
+                    f"{d.name} is not a {dict(f='float', iu='integer', c='complex')[kinds]} dtype",
+                    f"Pass e.g. default_dtypes({field.removeprefix('default_')}={dict(f='float32', iu='int32', c='complex64')[kinds]!r}).",
+                )
+            )
+        changes[field] = d
+    with use(dataclasses.replace(current(), **changes)) as p:
+        yield p
