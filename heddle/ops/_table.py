@@ -1,0 +1,144 @@
+"""The classification of every public name of ``jax.numpy``: one table, read by ``heddle.numpy``.
+
+Each name is either an op (op class + compute plan, see ``_core``) or a deliberate pass-through with
+the reason. ``tests/ops/test_coverage.py`` compares this table with ``dir(jax.numpy)``, so a name that
+a new JAX adds fails the test until it is classified here.
+"""
+
+from __future__ import annotations
+
+from heddle.ops._core import Plan
+from heddle.policy._rules import OpClass
+
+A, C, IDX, F, G, S, R = (
+    OpClass.ARITHMETIC,
+    OpClass.COMPARISON,
+    OpClass.INDEX,
+    OpClass.FLOAT_ONLY,
+    OpClass.INTEGRAL,
+    OpClass.SELECTION,
+    OpClass.REDUCTION,
+)
+UP, NAT, ACC, PREF = Plan.UPCAST, Plan.NATIVE, Plan.ACC_DTYPE, Plan.PREFERRED
+
+FIRST = (0,)
+FIRST_TWO = (0, 1)
+AFTER_SUBSCRIPTS = tuple(range(1, 64))
+
+# name -> (op class, plan, value operands). Names are grouped by what they do.
+OPS: dict[str, tuple[OpClass, Plan, tuple[int, ...] | str]] = {
+    # arithmetic, computed in float32 for narrow floats and rounded once
+    **dict.fromkeys(
+        "add subtract multiply maximum minimum power pow remainder mod fmod floor_divide divmod "
+        "copysign fmax fmin heaviside gcd lcm cross kron outer polyadd polysub polymul polyval "
+        "diff ediff1d ptp vander".split(),
+        (A, UP, "all"),
+    ),
+    # integer-only and bit-level arithmetic: no float path to take
+    **dict.fromkeys(
+        "bitwise_and bitwise_or bitwise_xor left_shift right_shift bitwise_left_shift "
+        "bitwise_right_shift".split(),
+        (A, NAT, "all"),
+    ),
+    # n-ary copies that promote: the conversion is the only rounding
+    **dict.fromkeys(
+        "concatenate concat stack hstack vstack dstack column_stack".split(), (A, NAT, "seq")
+    ),
+    "append": (A, NAT, FIRST_TWO),
+    "where": (A, NAT, (1, 2)),
+    "clip": (A, NAT, "all"),
+    # integrality-preserving: the input dtype
+    **dict.fromkeys(
+        "negative positive abs absolute sign square ceil floor round around rint trunc fix conj "
+        "conjugate".split(),
+        (G, UP, FIRST),
+    ),
+    **dict.fromkeys(
+        "bitwise_not invert bitwise_invert nan_to_num spacing nextafter".split(), (G, NAT, "all")
+    ),
+    # float-only: a float keeps its dtype, an integer becomes the default float
+    **dict.fromkeys(
+        "exp exp2 expm1 log log10 log1p log2 sqrt cbrt sin cos tan arcsin arccos arctan asin acos "
+        "atan sinh cosh tanh arcsinh arccosh arctanh asinh acosh atanh deg2rad degrees rad2deg "
+        "radians divide true_divide hypot arctan2 atan2 logaddexp logaddexp2 sinc i0 float_power "
+        "reciprocal fabs unwrap interp average median nanmedian percentile nanpercentile quantile "
+        "nanquantile corrcoef cov trapezoid gradient polyder polyint polydiv polyfit roots".split(),
+        (F, UP, "all"),
+    ),
+    # float-only and accumulating, with a dtype= argument
+    **dict.fromkeys("mean var std nanmean nanvar nanstd".split(), (F, ACC, FIRST)),
+    # sums, products and scans: accumulate in acc_dtype, integers return it
+    **dict.fromkeys(
+        "sum prod cumsum cumprod cumulative_sum cumulative_prod nansum nanprod nancumsum nancumprod "
+        "trace".split(),
+        (R, ACC, FIRST),
+    ),
+    # contractions: preferred_element_type = acc_dtype
+    **dict.fromkeys(
+        "matmul dot vdot inner tensordot matvec vecmat vecdot convolve correlate".split(),
+        (R, PREF, FIRST_TWO),
+    ),
+    "einsum": (R, PREF, AFTER_SUBSCRIPTS),
+    # comparisons and predicates: bool
+    **dict.fromkeys(
+        "equal not_equal less less_equal greater greater_equal logical_and logical_or logical_xor "
+        "isclose allclose array_equal array_equiv isin".split(),
+        (C, NAT, FIRST_TWO),
+    ),
+    **dict.fromkeys(
+        "logical_not isnan isinf isfinite isneginf isposinf isreal iscomplex signbit all any".split(),
+        (C, NAT, FIRST),
+    ),
+    # index-producing: int32
+    **dict.fromkeys(
+        "argmax argmin argsort argpartition nanargmax nanargmin argwhere nonzero flatnonzero "
+        "count_nonzero lexsort".split(),
+        (IDX, NAT, FIRST),
+    ),
+    **dict.fromkeys("searchsorted digitize".split(), (IDX, NAT, FIRST_TWO)),
+}
+
+# Names with no dtype decision, each with the reason it passes through unchanged.
+PASS_REASONS = {
+    "selection": (
+        "values are copied bit-exactly, the result has the input's dtype",
+        "max min amax amin nanmax nanmin sort sort_complex partition take take_along_axis compress "
+        "extract reshape transpose flip fliplr flipud roll tile repeat squeeze expand_dims ravel "
+        "moveaxis swapaxes rollaxis rot90 matrix_transpose permute_dims broadcast_to broadcast_arrays "
+        "atleast_1d atleast_2d atleast_3d split array_split hsplit vsplit dsplit unstack diagonal "
+        "diag diagflat tril triu pad trim_zeros resize delete insert copy put put_along_axis place "
+        "fill_diagonal choose select piecewise block meshgrid unique unique_all unique_counts "
+        "unique_inverse unique_values union1d intersect1d setdiff1d setxor1d real imag angle frexp "
+        "modf ldexp bitwise_count packbits unpackbits ix_",
+    ),
+    "metadata": (
+        "returns shapes, flags or dtype facts, not arrays",
+        "shape ndim size isscalar iscomplexobj isrealobj isdtype issubdtype iterable can_cast "
+        "broadcast_shapes einsum_path get_printoptions printoptions set_printoptions array_repr "
+        "array_str",
+    ),
+    "user functions": (
+        "applies the user's own function; the ops inside it carry the policy",
+        "vectorize apply_along_axis apply_over_axes frompyfunc fromfunction",
+    ),
+    "index grids": (
+        "builds integer index arrays of the default int type",
+        "indices tril_indices triu_indices tril_indices_from triu_indices_from diag_indices "
+        "diag_indices_from mask_indices unravel_index ravel_multi_index bincount histogram "
+        "histogram2d histogramdd histogram_bin_edges tri",
+    ),
+    "i/o": (
+        "reads or writes files and buffers",
+        "save savez load frombuffer fromfile fromiter fromstring from_dlpack",
+    ),
+    "index helpers": (
+        "slicing helpers and constants",
+        "c_ r_ s_ mgrid ogrid index_exp newaxis e pi inf nan euler_gamma",
+    ),
+}
+
+PASS: dict[str, str] = {
+    name: f"{group}: {reason}"
+    for group, (reason, names) in PASS_REASONS.items()
+    for name in names.split()
+}

@@ -1,0 +1,68 @@
+"""The classic accumulations, with plain jax.numpy beside heddle as the contrast (POLICY.md 5)."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import pytest
+
+import heddle.numpy as hnp
+
+N = 100_000
+
+
+def _round_once(value: Fraction | float, dtype) -> float:
+    """``value`` rounded once to ``dtype``: exact neighbours from the format's own values."""
+    with np.errstate(invalid="ignore"):
+        values = np.arange(2**16, dtype=np.uint16).view(dtype).astype(np.float64)
+    values = np.unique(values[np.isfinite(values)])
+    i = np.searchsorted(values, float(value))
+    lo, hi = values[i - 1], values[i]
+    dlo, dhi = abs(Fraction(value) - Fraction(lo)), abs(Fraction(hi) - Fraction(value))
+    if dlo != dhi:
+        return lo if dlo < dhi else hi
+    lo_bits = np.asarray(lo, dtype).view(np.uint16)
+    return lo if int(lo_bits) % 2 == 0 else hi
+
+
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16], ids=["float16", "bfloat16"])
+def test_sum_and_cumsum_of_100000_tenths(transform, dtype):
+    x = np.full(N, 0.1, dtype)
+    exact = Fraction(float(x[0])) * N  # the exact sum of the stored values
+    if dtype is np.float16:
+        assert exact == Fraction("9997.55859375")
+    want = _round_once(exact, dtype)
+    got_sum = transform(hnp.sum)(x)
+    got_cum = transform(hnp.cumsum)(x)
+    assert got_sum.dtype == dtype and got_cum.dtype == dtype
+    assert float(got_sum) == want
+    assert float(got_cum[-1]) == want
+    # plain jax.numpy's cumsum accumulates in the narrow dtype and drifts away
+    assert float(transform(jnp.cumsum)(x)[-1]) != want
+
+
+def test_matmul_bfloat16_inner_4096(transform):
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((8, 4096)).astype(ml_dtypes.bfloat16)
+    b = rng.standard_normal((4096, 8)).astype(ml_dtypes.bfloat16)
+    exact = a.astype(np.float64) @ b.astype(np.float64)
+    got = transform(hnp.matmul)(a, b)
+    assert got.dtype == ml_dtypes.bfloat16
+    # float32 partial sums: error <= n * 2**-24 * sum|a||b|, plus one bfloat16 rounding of the result
+    bound = (
+        4096 * 2.0**-24 * (np.abs(a.astype(np.float64)) @ np.abs(b.astype(np.float64)))
+        + np.abs(exact) * 2.0**-8
+    )
+    assert (np.abs(np.asarray(got, np.float64) - exact) <= bound).all()
+
+
+def test_integer_sums_scans_and_contractions_widen(transform):
+    x = np.full(300, 100, np.int8)
+    assert transform(hnp.sum)(x).dtype == np.int32 and int(transform(hnp.sum)(x)) == 30_000
+    assert int(transform(hnp.cumsum)(x)[-1]) == 30_000
+    m = np.full((4, 300), 100, np.int8)
+    got = transform(hnp.matmul)(m, m.T)
+    assert got.dtype == np.int32 and int(got[0, 0]) == 300 * 100 * 100
