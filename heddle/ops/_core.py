@@ -90,17 +90,66 @@ def _is_tracer(x: Any) -> bool:
     return isinstance(x, jax.core.Tracer)
 
 
+_REPRESENTATIVE = {bool: True, int: 0, float: 0.0, complex: 0j}
+
+
+@functools.lru_cache(maxsize=4096)
+def _python_scalar_as(x: Any, kind_type: type, d: np.dtype) -> np.ndarray:
+    if D.kind(d) in "fc" and d.itemsize < 4:
+        return np.asarray(cast(np.asarray(x), d))  # narrow floats: heddle's correctly rounded cast
+    return np.asarray(x, d)  # NumPy rounds float64 -> float32 once, and ints convert exactly
+
+
 def materialise(x: Any, d: np.dtype) -> Any:
     """A Python scalar as a NumPy value of dtype ``d`` (rounded once); arrays unchanged."""
-    if _scalars.scalar_kind(x) is not None and not hasattr(x, "dtype"):
-        D.require_available(d, "a Python scalar operand")
-        return np.asarray(cast(np.asarray(x), d)) if D.kind(d) in "fc" else np.asarray(x, d)
+    t = type(x)
+    if t in _REPRESENTATIVE:
+        return _python_scalar_as(x, t, d)
     return x
 
 
-def _result_and_compute(spec: OpSpec, operands: Sequence[Any], dtype_arg: Any, p: Policy):
+def _signature(x: Any) -> Any:
+    """What the dtype plan depends on: a Python scalar's type, or an array's (dtype, weak)."""
+    t = type(x)
+    if t in _REPRESENTATIVE:
+        return t
+    dt = getattr(x, "dtype", None)
+    if dt is None:
+        return None
+    weak = getattr(x, "weak_type", None)
+    if weak is None:
+        weak = getattr(getattr(x, "aval", None), "weak_type", False)
+    return (dt, bool(weak))
+
+
+def _representative(sig: Any) -> Any:
+    if isinstance(sig, type):
+        return _REPRESENTATIVE[sig]
+    dt, weak = sig
+    if weak:
+        return _REPRESENTATIVE[
+            {"b": bool, "i": int, "u": int, "f": float, "c": complex}[D.kind(np.dtype(dt))]
+        ]
+    return np.dtype(dt)
+
+
+@functools.lru_cache(maxsize=8192)
+def _plan(spec: OpSpec, p: Policy, sigs: tuple, dtype_arg: Any, x64: bool) -> tuple:
+    operands = tuple(_representative(s) for s in sigs)
+    common = _scalars.resolve(operands, p)
+    dtypes = _result_and_compute(spec, common, dtype_arg, p)
+    for d in set(dtypes) - {None}:
+        D.require_available(d, f"heddle.numpy.{getattr(spec.fn, '__name__', 'op')}")
+    precision = (
+        _PRECISION[p.float32_matmul_precision]
+        if spec.plan is Plan.PREFERRED and dtypes[1] == np.float32
+        else None
+    )
+    return (common, *dtypes, precision)
+
+
+def _result_and_compute(spec: OpSpec, common: np.dtype, dtype_arg: Any, p: Policy):
     """(result dtype, dtype the operands are converted to, compute dtype, accumulation dtype)."""
-    common = _scalars.resolve(tuple(operands), p)
     if spec.plan is Plan.ACC_DTYPE:
         if spec.op_class is OpClass.REDUCTION:
             result, acc = _rules.reduction_dtypes(common, dtype_arg, p)
@@ -125,35 +174,72 @@ def _result_and_compute(spec: OpSpec, operands: Sequence[Any], dtype_arg: Any, p
     return result, result, comp, None
 
 
-def _precision_kwargs(spec: OpSpec, to: np.dtype, p: Policy) -> dict[str, Any]:
-    if spec.plan is Plan.PREFERRED and to == np.float32:
-        return {
-            "precision": {"highest": lax.Precision.HIGHEST, "high": lax.Precision.HIGH}.get(
-                p.float32_matmul_precision
-            )
-        }
-    return {}
+_PRECISION = {"highest": lax.Precision.HIGHEST, "high": lax.Precision.HIGH, "default": None}
 
 
 def _split(spec: OpSpec, args: tuple[Any, ...], kwargs: dict[str, Any]):
-    """The value operands, and a function that puts converted values back in their places."""
+    """(value operands, template): the template holds every other argument and where values go."""
+    if spec.values == "all" and not kwargs and not any(a is None for a in args):
+        return args, ((tuple(range(len(args))), ()), (None,) * len(args), ())
     if spec.values == "seq":
-        seq = list(args[0])
-        return seq, lambda vals: ((list(vals[: len(seq)]), *args[1:]), kwargs)
+        seq = tuple(args[0])
+        return seq, (("seq", len(seq)), args[1:], tuple(kwargs.items()))
     pos = range(len(args)) if spec.values == "all" else [i for i in spec.values if i < len(args)]
-    pos = [i for i in pos if args[i] is not None]
-    kws = [k for k in spec.value_kwargs if kwargs.get(k) is not None]
-    operands = [args[i] for i in pos] + [kwargs[k] for k in kws]
+    pos = tuple(i for i in pos if args[i] is not None)
+    kws = tuple(k for k in spec.value_kwargs if kwargs.get(k) is not None)
+    operands = tuple(args[i] for i in pos) + tuple(kwargs[k] for k in kws)
+    skeleton = tuple(None if i in pos else a for i, a in enumerate(args))
+    rest = tuple((k, v) for k, v in kwargs.items() if k not in kws)
+    return operands, ((pos, kws), skeleton, rest)
 
-    def rebuild(vals):
-        new_args, new_kwargs = list(args), dict(kwargs)
-        for i, v in zip(pos, vals[: len(pos)], strict=True):
-            new_args[i] = v
-        for k, v in zip(kws, vals[len(pos) :], strict=True):
-            new_kwargs[k] = v
-        return tuple(new_args), new_kwargs
 
-    return operands, rebuild
+def _rebuild(template: tuple, values: Sequence[Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    where, skeleton, rest = template
+    if where[0] == "seq":
+        return (list(values), *skeleton), dict(rest)
+    pos, kws = where
+    args = list(skeleton)
+    for i, v in zip(pos, values[: len(pos)], strict=True):
+        args[i] = v
+    kwargs = dict(rest)
+    kwargs.update(zip(kws, values[len(pos) :], strict=True))
+    return tuple(args), kwargs
+
+
+def _run(spec: OpSpec, plan: tuple, template: tuple, values: Sequence[Any]) -> Any:
+    """Steps 2-4: convert explicitly, call JAX with the accumulation dtype, round once."""
+    _, result, to, comp, acc, precision = plan
+    vals = [cast(cast(v, to), comp) for v in values]
+    args, kwargs = _rebuild(template, vals)
+    if spec.plan is Plan.ACC_DTYPE:
+        kwargs["dtype"] = acc
+    elif spec.plan is Plan.PREFERRED:
+        kwargs["preferred_element_type"] = acc
+        if precision is not None and kwargs.get("precision") is None:
+            kwargs["precision"] = precision
+    out = spec.fn(*args, **kwargs)
+    return jax.tree.map(lambda o: cast(o, result) if o.dtype != result else o, out)
+
+
+def _kernel(spec: OpSpec, plan: tuple, template: tuple) -> Callable[..., Any]:
+    return jax.jit(lambda *values: _run(spec, plan, template, values))
+
+
+@functools.lru_cache(maxsize=16384)
+def _range_checked(value: Any, d: np.dtype, p: Policy) -> bool:
+    _scalars._check_range(value, d, p)
+    return True
+
+
+def _check_scalars(operands: Sequence[Any], sigs: tuple, common: np.dtype, p: Policy) -> None:
+    """Range checks of POLICY.md 3 for the Python scalars (and concrete weak values) in a call."""
+    for x, sig in zip(operands, sigs, strict=True):
+        if isinstance(sig, type):
+            _range_checked(x, common, p)
+        elif sig is not None and sig[1]:
+            value = _scalars._concrete(x)
+            if value is not None:
+                _range_checked(value, common, p)
 
 
 def make_op(name: str, spec: OpSpec) -> Callable[..., Any]:
@@ -161,32 +247,43 @@ def make_op(name: str, spec: OpSpec) -> Callable[..., Any]:
     if spec.plan is Plan.PASS:
         return spec.fn
 
-    fn = spec.fn
+    dtype_kw = {Plan.ACC_DTYPE: "dtype", Plan.PREFERRED: "preferred_element_type"}.get(spec.plan)
+    # (id(policy), signatures, dtype=, x64) -> (policy, dtype plan, {template: jitted steps 2-4})
+    plans: dict[tuple, tuple] = {}
 
-    @functools.wraps(fn)
+    @functools.wraps(spec.fn)
     def op(*args: Any, **kwargs: Any) -> Any:
         p = current()
-        dtype_arg = kwargs.pop("dtype", None) if spec.plan is Plan.ACC_DTYPE else None
-        if spec.plan is Plan.PREFERRED:
-            dtype_arg = kwargs.pop("preferred_element_type", None)
-        operands, rebuild = _split(spec, args, kwargs)
-        result, to, comp, acc = _result_and_compute(spec, operands, dtype_arg, p)
-        for d in {result, to, comp, acc} - {None}:
-            D.require_available(d, f"heddle.numpy.{name}")
-        values = [materialise(v, to) for v in operands]
-        vals = [cast(cast(v, to), comp) for v in values]
-        new_args, new_kwargs = rebuild(vals)
-        if spec.plan is Plan.ACC_DTYPE:
-            new_kwargs["dtype"] = acc
-        elif spec.plan is Plan.PREFERRED:
-            new_kwargs["preferred_element_type"] = acc
-            new_kwargs.update(_precision_kwargs(spec, to, p))
-        out = fn(*new_args, **new_kwargs)
-        return jax.tree.map(
-            lambda o: cast(o, result) if getattr(o, "dtype", result) != result else o, out
-        )
+        dtype_arg = kwargs.pop(dtype_kw, None) if dtype_kw and kwargs else None
+        operands, template = _split(spec, args, kwargs)
+        sigs = tuple(map(_signature, operands))
+        if None in sigs:  # nested lists and other host data: make them arrays first
+            from heddle.ops._creation import asarray
 
-    op.__doc__ = _doc(name, spec, fn)
+            operands = tuple(
+                x if s is not None else asarray(x) for x, s in zip(operands, sigs, strict=True)
+            )
+            sigs = tuple(map(_signature, operands))
+        key = (id(p), sigs, dtype_arg, D.x64_enabled())
+        hit = plans.get(key)
+        if hit is None or hit[0] is not p:
+            d_arg = None if dtype_arg is None else D.dtype(dtype_arg)
+            hit = plans[key] = (p, _plan(spec, p, sigs, d_arg, key[3]), {})
+        _, plan, kernels = hit
+        if p.check_scalar_range and any(type(s) is not tuple or s[1] for s in sigs):
+            _check_scalars(operands, sigs, plan[0], p)
+        values = [materialise(v, plan[2]) for v in operands]
+        if any(isinstance(v, jax.core.Tracer) for v in values):
+            return _run(spec, plan, template, values)
+        try:
+            kernel = kernels.get(template)
+            if kernel is None:
+                kernel = kernels[template] = _kernel(spec, plan, template)
+        except TypeError:  # an unhashable static argument (an array passed as axis=, ...)
+            return _run(spec, plan, template, values)
+        return kernel(*values)
+
+    op.__doc__ = _doc(name, spec, spec.fn)
     return op
 
 
