@@ -20,7 +20,9 @@ from __future__ import annotations
 import dataclasses
 import enum
 import functools
+import math
 from collections.abc import Callable, Sequence
+from fractions import Fraction
 from typing import Any
 
 import jax
@@ -28,7 +30,7 @@ import numpy as np
 from jax import lax
 
 from heddle.policy import _dtypes as D
-from heddle.policy import _rules, _scalars
+from heddle.policy import _lattice, _rules, _scalars
 from heddle.policy._policy import Policy, current
 from heddle.policy._rules import OpClass
 
@@ -95,9 +97,32 @@ _REPRESENTATIVE = {bool: True, int: 0, float: 0.0, complex: 0j}
 
 @functools.lru_cache(maxsize=4096)
 def _python_scalar_as(x: Any, kind_type: type, d: np.dtype) -> np.ndarray:
-    if D.kind(d) in "fc" and d.itemsize < 4:
-        return np.asarray(cast(np.asarray(x), d))  # narrow floats: heddle's correctly rounded cast
+    if D.kind(d) == "f" and _lattice.finite_values(d) is not None:
+        return _round_scalar(complex(x).real if kind_type is complex else x, d)
     return np.asarray(x, d)  # NumPy rounds float64 -> float32 once, and ints convert exactly
+
+
+def _round_scalar(x: float | int, d: np.dtype) -> np.ndarray:
+    """A Python number rounded once (to nearest, ties to even) to a <= 16-bit float format, on the host."""
+    if isinstance(x, float) and not math.isfinite(x):
+        return np.asarray(x).astype(d)  # inf and NaN: no rounding (a format without inf gives NaN)
+    values = _lattice.finite_values(d)
+    exact = Fraction(x)
+    i = int(np.searchsorted(values, float(x)))
+    lo, hi = values[max(i - 1, 0)], values[min(i, len(values) - 1)]
+    if Fraction(float(hi)) < exact or exact < Fraction(float(lo)):  # past the ends: overflow rule
+        top = Fraction(float(values[-1]))
+        half = (top - Fraction(float(values[-2]))) / 2
+        if abs(exact) >= top + half:
+            return np.asarray(math.copysign(math.inf, x)).astype(d)
+        return np.asarray(math.copysign(float(top), x)).astype(d)
+    dlo, dhi = exact - Fraction(float(lo)), Fraction(float(hi)) - exact
+    if dlo != dhi:
+        pick = lo if dlo < dhi else hi
+    else:
+        bits = np.asarray(lo).astype(d).view(np.uint8 if d.itemsize == 1 else np.uint16)
+        pick = lo if int(bits) % 2 == 0 else hi
+    return np.asarray(math.copysign(float(pick), x) if pick == 0 else pick).astype(d)
 
 
 def materialise(x: Any, d: np.dtype) -> Any:
