@@ -6,12 +6,14 @@ a model ported with ``import heddle.numpy as jnp`` keeps every op under the poli
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
 
 def init_mlp(rng: np.random.Generator, sizes=(64, 128, 10)) -> dict:
     params = {}
-    for i, (m, n) in enumerate(zip(sizes[:-1], sizes[1:], strict=True)):
+    for i, (m, n) in enumerate(itertools.pairwise(sizes)):
         params[f"w{i}"] = rng.standard_normal((m, n)) / np.sqrt(m)
         params[f"b{i}"] = rng.standard_normal(n) * 0.1
     return params
