@@ -12,9 +12,9 @@ import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 import pytest
-from _models import block, cast_tree, init_block, init_mlp, mlp
 
 import heddle.numpy as hnp
+from heddle.examples import block, cast_tree, init_block, init_mlp, mlp
 
 BF16 = ml_dtypes.bfloat16
 
@@ -68,8 +68,7 @@ def test_sharded_over_8_devices_keeps_sharding_and_values():
         import jax, numpy as np, ml_dtypes
         from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
         import heddle.numpy as hnp
-        import sys; sys.path.insert(0, "tests/ops")
-        from _models import mlp, init_mlp, cast_tree
+        from heddle.examples import mlp, init_mlp, cast_tree
         assert jax.device_count() == 8
         rng = np.random.default_rng(0)
         params = cast_tree(init_mlp(rng), ml_dtypes.bfloat16)

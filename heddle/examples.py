@@ -1,17 +1,28 @@
-"""Two small models written against the jax.numpy API (and runnable with NumPy itself as reference).
+"""Small models written against the jax.numpy API, for examples, tests and benchmarks.
 
-Only function calls go through the module ``xp`` (operators on arrays would bypass it), which is how
-a model ported with ``import heddle.numpy as jnp`` keeps every op under the policy.
+Each takes the array module ``xp`` as its first argument, so the same code runs with ``jax.numpy``,
+``heddle.numpy`` or NumPy itself (the float64 reference). Only function calls go through ``xp``:
+operators on JAX arrays (``a + b``, ``a @ b``) are JAX's own and would bypass heddle's policy.
+
+Examples:
+  >>> import numpy as np
+  >>> import heddle.numpy as hnp
+  >>> from heddle import examples
+  >>> params = examples.cast_tree(examples.init_mlp(np.random.default_rng(0)), "bfloat16")
+  >>> examples.mlp(hnp, params, np.ones((2, 64), "float32")).dtype
+  dtype('float32')
 """
 
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
 import numpy as np
 
 
-def init_mlp(rng: np.random.Generator, sizes=(64, 128, 10)) -> dict:
+def init_mlp(rng: np.random.Generator, sizes: tuple[int, ...] = (64, 128, 10)) -> dict:
+    """Float64 parameters of an MLP with the given layer sizes (``w0, b0, w1, b1, ...``)."""
     params = {}
     for i, (m, n) in enumerate(itertools.pairwise(sizes)):
         params[f"w{i}"] = rng.standard_normal((m, n)) / np.sqrt(m)
@@ -19,7 +30,8 @@ def init_mlp(rng: np.random.Generator, sizes=(64, 128, 10)) -> dict:
     return params
 
 
-def mlp(xp, params: dict, x):
+def mlp(xp: Any, params: dict, x: Any) -> Any:
+    """The MLP's logits: ReLU hidden layers, a linear last layer."""
     n = len(params) // 2
     for i in range(n):
         x = xp.add(xp.matmul(x, params[f"w{i}"]), params[f"b{i}"])
@@ -28,18 +40,22 @@ def mlp(xp, params: dict, x):
     return x
 
 
-def softmax(xp, x, axis=-1):
+def softmax(xp: Any, x: Any, axis: int = -1) -> Any:
+    """Softmax written with the array module's functions, as a jax.numpy user would."""
     e = xp.exp(xp.subtract(x, xp.max(x, axis=axis, keepdims=True)))
     return xp.divide(e, xp.sum(e, axis=axis, keepdims=True))
 
 
-def layer_norm(xp, x, scale, eps=1e-5):
+def layer_norm(xp: Any, x: Any, scale: Any, eps: float = 1e-5) -> Any:
+    """Layer normalisation over the last axis."""
     mu = xp.mean(x, axis=-1, keepdims=True)
     var = xp.var(x, axis=-1, keepdims=True)
     return xp.multiply(xp.divide(xp.subtract(x, mu), xp.sqrt(xp.add(var, eps))), scale)
 
 
-def init_block(rng: np.random.Generator, d=32, hidden=64) -> dict:
+def init_block(rng: np.random.Generator, d: int = 32, hidden: int = 64) -> dict:
+    """Float64 parameters of one pre-norm transformer block of width ``d``."""
+
     def w(*shape):
         return rng.standard_normal(shape) / np.sqrt(shape[0])
 
@@ -49,7 +65,7 @@ def init_block(rng: np.random.Generator, d=32, hidden=64) -> dict:
     }  # fmt: skip
 
 
-def block(xp, p: dict, x):
+def block(xp: Any, p: dict, x: Any) -> Any:
     """One pre-norm transformer block on x of shape (batch, seq, d)."""
     h = layer_norm(xp, x, p["ln1"])
     q, k, v = (xp.matmul(h, p[n]) for n in ("wq", "wk", "wv"))
@@ -61,5 +77,6 @@ def block(xp, p: dict, x):
     return xp.add(x, xp.matmul(g, p["w2"]))
 
 
-def cast_tree(tree: dict, dtype) -> dict:
+def cast_tree(tree: dict, dtype: Any) -> dict:
+    """Every leaf of a flat parameter dict as a NumPy array of ``dtype``."""
     return {k: np.asarray(v).astype(dtype) for k, v in tree.items()}
