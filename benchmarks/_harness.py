@@ -1,0 +1,75 @@
+"""Shared helpers for the ratio benchmarks: medians after warm-up, machine facts, markdown tables."""
+
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+
+
+def block(x: Any) -> Any:
+    """Waits for every array in ``x``."""
+    return jax.block_until_ready(x)
+
+
+def median_seconds(
+    fn: Callable[[], Any], *, warmup: int = 3, runs: int = 15, inner: int = 1
+) -> float:
+    """Median wall time of ``fn()`` over ``runs`` timed runs of ``inner`` calls each, after warm-up."""
+    for _ in range(warmup):
+        block(fn())
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        for _ in range(inner):
+            out = fn()
+        block(out)
+        times.append((time.perf_counter() - t0) / inner)
+    return statistics.median(times)
+
+
+def interleaved_ratio(
+    a: Callable[[], Any], b: Callable[[], Any], *, rounds: int = 7, **kw: Any
+) -> tuple[float, float, float]:
+    """(median time of a, median time of b, median of the per-round ratios a/b), alternating a and b.
+
+    Alternating the two in rounds cancels most of the drift of a shared, noisy machine.
+    """
+    ta, tb, ratios = [], [], []
+    for _ in range(rounds):
+        x, y = median_seconds(a, **kw), median_seconds(b, **kw)
+        ta.append(x)
+        tb.append(y)
+        ratios.append(x / y)
+    return statistics.median(ta), statistics.median(tb), statistics.median(ratios)
+
+
+def machine() -> str:
+    """One line naming the machine and versions."""
+    import ml_dtypes
+    import numpy as np
+
+    dev = jax.devices()[0]
+    return (
+        f"{platform.machine()} {os.cpu_count()} cores, {dev.platform}:{dev.device_kind}; "
+        f"Python {platform.python_version()}, jax {jax.__version__}, numpy {np.__version__}, "
+        f"ml_dtypes {ml_dtypes.__version__}"
+    )
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A markdown table."""
+    out = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    out += ["| " + " | ".join(_fmt(c) for c in r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def _fmt(c: Any) -> str:
+    if isinstance(c, float):
+        return f"{c:.3g}"
+    return str(c)

@@ -1,0 +1,243 @@
+"""heddle.numpy against what a user would otherwise run (issue 4's performance targets).
+
+1. Compiled forward+backward of the examples' MLP and transformer block in bfloat16: heddle against
+   hand-written jax.numpy doing the same explicit dtype handling (float32 compute, one rounding per
+   op); time ratio and the number of non-convert ops in the optimised HLO.
+2. The cost of correct accumulation per op class: heddle against plain jax.numpy defaults.
+3. Eager dispatch of one small op: heddle / jax.numpy.
+4. Trace + compile time of the transformer step: heddle / jax.numpy.
+
+Run: python benchmarks/bench_ops.py
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+import time
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+from _harness import interleaved_ratio, machine, table
+
+import heddle.numpy as hnp
+from heddle import examples
+
+BF16, F32 = jnp.bfloat16, jnp.float32
+
+
+class Explicit:
+    """What a careful user writes by hand with jax.numpy: float32 compute, one rounding per op."""
+
+    @staticmethod
+    def _in(*xs):
+        return [
+            jnp.asarray(x, BF16).astype(F32) if isinstance(x, float) else jnp.asarray(x).astype(F32)
+            for x in xs
+        ]
+
+    @classmethod
+    def _ew(cls, f):
+        return lambda *xs: f(*cls._in(*xs)).astype(BF16)
+
+    @classmethod
+    def setup(cls):
+        for name in (
+            "add",
+            "subtract",
+            "multiply",
+            "divide",
+            "maximum",
+            "exp",
+            "tanh",
+            "sqrt",
+            "square",
+        ):
+            setattr(cls, name, staticmethod(cls._ew(getattr(jnp, name))))
+
+    @staticmethod
+    def matmul(a, b):
+        return jnp.matmul(a, b, preferred_element_type=F32).astype(BF16)
+
+    @staticmethod
+    def einsum(s, a, b):
+        return jnp.einsum(s, a, b, preferred_element_type=F32).astype(BF16)
+
+    @staticmethod
+    def max(x, axis=None, keepdims=False):
+        return jnp.max(x, axis=axis, keepdims=keepdims)
+
+    @staticmethod
+    def sum(x, axis=None, keepdims=False):
+        return jnp.sum(x.astype(F32), axis=axis, keepdims=keepdims).astype(BF16)
+
+    @staticmethod
+    def mean(x, axis=None, keepdims=False):
+        return jnp.mean(x.astype(F32), axis=axis, keepdims=keepdims).astype(BF16)
+
+    @staticmethod
+    def var(x, axis=None, keepdims=False):
+        return jnp.var(x.astype(F32), axis=axis, keepdims=keepdims).astype(BF16)
+
+
+Explicit.setup()
+
+
+def _loss(xp, model, params, x):
+    out = model(xp, params, x)
+    return jnp.mean(jnp.square(out.astype(F32)))
+
+
+def _hlo_ops(compiled) -> int:
+    text = compiled.as_text()
+    ops = re.findall(r"=\s*\S+\s+([a-z][a-z0-9-]*)\(", text)
+    return sum(
+        1
+        for o in ops
+        if o not in ("convert", "parameter", "constant", "tuple", "get-tuple-element")
+    )
+
+
+def models_section() -> list[list]:
+    rng = np.random.default_rng(0)
+    rows = []
+    cases = {
+        "MLP 256x(64-128-10)": (
+            examples.mlp,
+            examples.init_mlp(rng),
+            rng.standard_normal((256, 64)),
+        ),
+        "transformer block 8x64x32": (
+            examples.block,
+            examples.init_block(rng),
+            rng.standard_normal((8, 64, 32)),
+        ),
+    }
+    for name, (model, params, x) in cases.items():
+        p, xb = (
+            examples.cast_tree(params, ml_dtypes.bfloat16),
+            np.asarray(x).astype(ml_dtypes.bfloat16),
+        )
+        fns = {}
+        for label, xp in (("heddle", hnp), ("explicit jnp", Explicit)):
+            step = jax.jit(jax.value_and_grad(lambda p, x, xp=xp: _loss(xp, model, p, x)))
+            fns[label] = (step, step.lower(p, xb).compile())
+        th, te, ratio = interleaved_ratio(
+            lambda: fns["heddle"][0](p, xb),
+            lambda: fns["explicit jnp"][0](p, xb),
+            rounds=5,
+            runs=10,
+        )
+        rows.append(
+            [
+                f"{name} fwd+bwd",
+                f"{th * 1e6:.0f}",
+                f"{te * 1e6:.0f}",
+                ratio,
+                _hlo_ops(fns["heddle"][1]),
+                _hlo_ops(fns["explicit jnp"][1]),
+            ]
+        )
+    return rows
+
+
+def accumulation_section() -> list[list]:
+    rng = np.random.default_rng(0)
+    x = jnp.asarray(rng.standard_normal((1024, 1024)), BF16)
+    y = jnp.asarray(rng.standard_normal((1024, 1024)), BF16)
+    cases = {
+        "sum (1024x1024, axis=-1)": (lambda a: hnp.sum(a, axis=-1), lambda a: jnp.sum(a, axis=-1)),
+        "cumsum (1024x1024, axis=-1)": (
+            lambda a: hnp.cumsum(a, axis=-1),
+            lambda a: jnp.cumsum(a, axis=-1),
+        ),
+        "matmul (1024^3)": (lambda a: hnp.matmul(a, y), lambda a: jnp.matmul(a, y)),
+        "softmax (1024x1024)": (
+            lambda a: examples.softmax(hnp, a),
+            lambda a: examples.softmax(jnp, a),
+        ),
+    }
+    rows = []
+    for name, (h, j) in cases.items():
+        hj, jj = jax.jit(h), jax.jit(j)
+        th, tj, ratio = interleaved_ratio(lambda: hj(x), lambda: jj(x), rounds=5, runs=10)
+        rows.append([name, f"{th * 1e6:.0f}", f"{tj * 1e6:.0f}", ratio])
+    return rows
+
+
+def dispatch_section() -> list[list]:
+    rows = []
+    for dt in ("float32", "bfloat16"):
+        a, b = jnp.ones(8, dt), jnp.ones(8, dt)
+        cases = {
+            "add(x, y)": (lambda: hnp.add(a, b), lambda: jnp.add(a, b)),
+            "multiply(x, 2.0)": (lambda: hnp.multiply(a, 2.0), lambda: jnp.multiply(a, 2.0)),
+            "sum(x)": (lambda: hnp.sum(a), lambda: jnp.sum(a)),
+        }
+        for name, (h, j) in cases.items():
+            th, tj, ratio = interleaved_ratio(h, j, rounds=7, runs=20, inner=200, warmup=50)
+            rows.append([f"{name} {dt}", f"{th * 1e6:.1f}", f"{tj * 1e6:.1f}", ratio])
+    return rows
+
+
+def compile_section() -> list[list]:
+    rng = np.random.default_rng(0)
+    p = examples.cast_tree(examples.init_block(rng), ml_dtypes.bfloat16)
+    x = np.asarray(rng.standard_normal((8, 64, 32))).astype(ml_dtypes.bfloat16)
+
+    def once(xp):
+        f = jax.jit(jax.value_and_grad(lambda p, x: _loss(xp, examples.block, p, x)))
+        t0 = time.perf_counter()
+        f.lower(p, x).compile()
+        return time.perf_counter() - t0
+
+    once(hnp), once(jnp)  # warm imports and caches of the lowering machinery
+    ratios, th, tj = [], [], []
+    for _ in range(7):
+        a, b = once(hnp), once(jnp)
+        th.append(a)
+        tj.append(b)
+        ratios.append(a / b)
+    return [
+        [
+            "transformer block step",
+            f"{statistics.median(th) * 1e3:.0f}",
+            f"{statistics.median(tj) * 1e3:.0f}",
+            statistics.median(ratios),
+        ]
+    ]
+
+
+def main() -> None:
+    print(f"# heddle.numpy benchmarks\n\nMachine: {machine()}\n")
+    print("## Compiled forward+backward, bfloat16: heddle vs hand-written explicit jax.numpy\n")
+    print(
+        table(
+            [
+                "model",
+                "heddle us",
+                "explicit us",
+                "ratio (median of rounds)",
+                "HLO ops heddle",
+                "HLO ops explicit",
+            ],
+            models_section(),
+        )
+    )
+    print(
+        "\n## Cost of correct accumulation (compiled, bfloat16): heddle vs plain jax.numpy defaults\n"
+    )
+    print(table(["op", "heddle us", "jax.numpy us", "ratio"], accumulation_section()))
+    print("\n## Eager dispatch of one small op\n")
+    print(table(["op", "heddle us", "jax.numpy us", "ratio"], dispatch_section()))
+    print("\n## Trace + compile\n")
+    print(table(["function", "heddle ms", "jax.numpy ms", "ratio"], compile_section()))
+    print(
+        "\nRatios are medians of per-round ratios, heddle and the baseline alternating in one process."
+    )
+
+
+if __name__ == "__main__":
+    main()
