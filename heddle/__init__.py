@@ -4,8 +4,11 @@
 correctly rounded casts; ``heddle.policy`` for the rules themselves.
 """
 
+from heddle import numpy as numpy
 from heddle import policy as policy
+from heddle.numpy import astype as astype
+from heddle.policy import audit as audit
 
 __version__ = "0.1.0"
 
-__all__ = ["policy"]
+__all__ = ["astype", "audit", "numpy", "policy"]

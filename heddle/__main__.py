@@ -26,6 +26,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--format", choices=("markdown", "html", "csv"), default="markdown")
     t.add_argument("--policy", choices=("heddle", "jax"), default="heddle")
     t.set_defaults(run=_table)
+    from heddle._cli_audit import add_audit_parser
+
+    add_audit_parser(sub)
     return parser
 
 

@@ -3,6 +3,10 @@
 See POLICY.md. Everything here is pure metadata except ``enforce`` (a JAX config scope).
 """
 
+from heddle.policy._audit import KINDS as AUDIT_KINDS
+from heddle.policy._audit import AuditReport as AuditReport
+from heddle.policy._audit import Finding as Finding
+from heddle.policy._audit import audit as audit
 from heddle.policy._dtypes import ALIASES as ALIASES
 from heddle.policy._dtypes import DTYPES as DTYPES
 from heddle.policy._dtypes import dtype as dtype
@@ -32,6 +36,9 @@ from heddle.policy._table import table as table
 
 __all__ = [
     "ALIASES",
+    "AUDIT_KINDS",
+    "AuditReport",
+    "Finding",
     "DTYPES",
     "HEDDLE",
     "JAX",
@@ -44,6 +51,7 @@ __all__ = [
     "ScalarRangeError",
     "UnknownDTypeError",
     "acc_dtype",
+    "audit",
     "can_lossless_cast",
     "current",
     "default_dtypes",

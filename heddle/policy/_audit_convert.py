@@ -1,0 +1,232 @@
+"""The audit's conversion rules: implicit promotion and lossy conversion.
+
+A ``convert_element_type`` is ``explicit`` when the code asked for it (``astype``,
+``asarray(x, dtype)``, ``lax.convert_element_type``, ``jnp.float32(x)``, heddle's own ops) and
+``implicit`` when JAX inserted it inside another operation. An implicit conversion of an operand the
+caller passed in, feeding an op together with operands of another dtype, is an implicit promotion
+(POLICY.md 2 says what heddle gives instead). A conversion that can change values
+(``can_lossless_cast`` is false) is lossy; an implicit narrowing that only rounds the operation's own
+wider result (``jnp.sum`` of bfloat16 sums in float32 and stores bfloat16) is the "round once on
+store" of POLICY.md 5 and is not reported, while one that narrows a value the caller passed in
+(``bf16.at[i].set(f32)``) is. A Python scalar taking an array's dtype (POLICY.md 3) is neither.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+from jax.extend import core as jcore
+
+from heddle.policy import _dtypes as D
+from heddle.policy import _lattice
+from heddle.policy._audit_ir import (
+    DATA_MOVEMENT,
+    IMPLICIT_PROMOTION,
+    INDEX_OPERANDS,
+    LOOK_THROUGH,
+    LOSSY_CONVERSION,
+    SHAPE_OPS,
+    UPSTREAM_LIMIT,
+    Ctx,
+    Level,
+    holds,
+    policy_dtype,
+    shape_of,
+    short,
+    subjaxprs,
+)
+from heddle.policy._audit_source import LIBRARY_BODY, Site, SiteCache
+from heddle.policy._errors import PolicyError
+from heddle.policy._scalars import result_type
+
+
+class ConversionRules:
+    """The conversion rules, mixed into ``Walker`` (which provides ``_site``, ``_backward``,
+    ``_report``, ``sites``, ``include_explicit`` and ``_promotions_seen``)."""
+
+    sites: SiteCache
+    include_explicit: bool
+    _promotions_seen: set[int]
+
+    def _site(self, eqn: Any) -> Site:
+        raise NotImplementedError
+
+    def _backward(self, eqn: Any, ctx: Ctx) -> bool:
+        raise NotImplementedError
+
+    def _report(self, eqn: Any, ctx: Ctx, kind: str, *args: Any, **kwargs: Any) -> None:
+        raise NotImplementedError
+
+    def _convert(self, eqn: Any, level: Level, ctx: Ctx) -> None:
+        x = eqn.invars[0]
+        src = policy_dtype(x.aval)
+        dst = policy_dtype(eqn.outvars[0].aval)
+        if src is None or dst is None or src == dst or x.aval.weak_type:
+            return  # a Python scalar taking the array's dtype is POLICY.md 3, not a finding
+        site = self._site(eqn)
+        explicit = site.explicit or (site.key is LIBRARY_BODY and ctx.explicit)
+        lossy = not _lattice.lossless(src, dst) and not _exact_literal(x, dst)
+        if explicit:
+            if lossy and self.include_explicit:
+                self._lossy(eqn, ctx, src, dst, "explicit")
+            return
+        external = _external(x, level, site.key, self.sites)
+        if external and not self._backward(eqn, ctx):  # backward converts transpose forward ones
+            self._promotion(eqn, level, ctx, site)
+        if lossy and (external or self._narrows_an_input(x, level, site.key, dst)):
+            self._lossy(eqn, ctx, src, dst, "implicit")
+
+    def _lossy(self, eqn: Any, ctx: Ctx, src: np.dtype, dst: np.dtype, origin: str) -> None:
+        if dst.itemsize < src.itemsize or _lattice.lossless(dst, src):
+            what = "narrowing"
+        elif dst.itemsize > src.itemsize:
+            what = "lossy widening"
+        else:
+            what = "lossy conversion"
+        self._report(
+            eqn,
+            ctx,
+            LOSSY_CONVERSION,
+            "convert_element_type",
+            (short(src),),
+            short(dst),
+            (shape_of(eqn.invars[0]),),
+            f"{origin} {what}: not every {src.name} is a {dst.name}",
+            origin,
+        )
+
+    def _narrows_an_input(self, x: Any, level: Level, key: Any, dst: np.dtype) -> bool:
+        """Whether ``x`` is a value the call received (moved, not computed on) wider than ``dst``.
+
+        A narrowing of something the call computed (a sum, a product, a normalised value) is the
+        call rounding its own result once on store; one of a value it only moved is not.
+        """
+        seen: set[Any] = set()
+        frontier = [x]
+        while frontier and len(seen) < UPSTREAM_LIMIT:
+            v = frontier.pop()
+            if isinstance(v, jcore.Literal) or v in seen:
+                continue
+            seen.add(v)
+            producer = level.producer.get(v)
+            if producer is None or self._site(producer).key != key:
+                d = policy_dtype(v.aval)
+                if d is not None and D.is_inexact(d) and not holds(dst, d):
+                    return True
+                continue
+            if producer.primitive.name in DATA_MOVEMENT:
+                frontier.extend(producer.invars)
+        return False
+
+    def _promotion(self, eqn: Any, level: Level, ctx: Ctx, site: Site) -> None:
+        for target in self._forward_targets(eqn, level, site.key):
+            if id(target) in self._promotions_seen or self._backward(target, ctx):
+                continue
+            skip = INDEX_OPERANDS.get(target.primitive.name, lambda i: False)
+            operands = [v for i, v in enumerate(target.invars) if not skip(i)]
+            if len(operands) < 2:
+                continue
+            found = [self._original(v, level, site.key) for v in operands]
+            if any(o is None for o in found):
+                continue  # an operand the call computed itself: the library's own upcast
+            originals = [_as_operand(o) for o in found]
+            if len({_describe(o) for o in originals}) < 2:
+                continue
+            self._promotions_seen.add(id(target))
+            common = policy_dtype(eqn.outvars[0].aval)
+            if common is None:
+                return
+            try:
+                theirs = result_type(*originals)
+                heddle = theirs.name
+            except PolicyError as e:
+                theirs, heddle = None, f"error ({type(e).__name__})"
+            # None first: comparing a dtype with None compares it with float64.
+            differs = theirs is None or theirs != common
+            note = f"JAX converts the operands to {common.name}"
+            if differs:
+                note += f"; heddle's lattice gives {heddle}"
+            note += "; convert explicitly"
+            self._report(
+                target,
+                ctx,
+                IMPLICIT_PROMOTION,
+                target.primitive.name,
+                tuple(_describe(o) for o in originals),
+                short(common),
+                tuple(shape_of(v) for v in operands),
+                note,
+                "implicit",
+                heddle if differs else "",
+            )
+
+    def _forward_targets(self, eqn: Any, level: Level, key: Any) -> Iterator[Any]:
+        frontier = list(eqn.outvars)
+        seen: set[Any] = set()
+        while frontier:
+            v = frontier.pop()
+            if v in seen:
+                continue
+            seen.add(v)
+            for c in level.consumers(v):
+                if self._site(c).key != key:
+                    continue
+                if c.primitive.name in SHAPE_OPS:
+                    frontier.extend(c.outvars)
+                elif not any(True for _ in subjaxprs(c.params)):  # cond's index is not a value
+                    yield c
+
+    def _original(self, v: Any, level: Level, key: Any) -> Any:
+        """The operand as the caller passed it (through the call's converts and shape ops).
+
+        None when the call computed the operand itself.
+        """
+        while not isinstance(v, jcore.Literal):
+            producer = level.producer.get(v)
+            if producer is None or self._site(producer).key != key:
+                break
+            if producer.primitive.name not in LOOK_THROUGH:
+                return None
+            v = producer.invars[0]
+        return v
+
+
+def _as_operand(v: Any) -> Any:
+    """A policy dtype for a typed value; a Python scalar for a weakly typed one."""
+    d = policy_dtype(v.aval)
+    if d is None:
+        return None
+    if not getattr(v.aval, "weak_type", False):
+        return d
+    if isinstance(v, jcore.Literal):
+        val = np.asarray(v.val).item()
+        return {"b": bool, "i": int, "u": int, "f": float, "c": complex}[D.kind(d)](val)
+    return {"b": False, "i": 0, "u": 0, "f": 0.0, "c": 0j}[D.kind(d)]
+
+
+def _describe(o: Any) -> str:
+    if isinstance(o, np.dtype):
+        return short(o)
+    return type(o).__name__ if o is not None else "?"
+
+
+def _external(x: Any, level: Level, key: Any, sites: SiteCache) -> bool:
+    if isinstance(x, jcore.Literal):
+        return True
+    producer = level.producer.get(x)
+    return producer is None or sites.site(producer.source_info.traceback).key != key
+
+
+def _exact_literal(x: Any, dst: np.dtype) -> bool:
+    if not isinstance(x, jcore.Literal):
+        return False
+    try:
+        val = np.asarray(x.val)
+        with np.errstate(all="ignore"):
+            back = val.astype(dst).astype(val.dtype)
+            same = (back == val) | (np.isnan(back) & np.isnan(val))
+    except (TypeError, ValueError, OverflowError):
+        return False
+    return bool(np.all(same))

@@ -1,0 +1,180 @@
+"""What the audit's rules share: kinds, tables of primitives, the raw finding, one walked jaxpr.
+
+The tables name JAX primitives by what the policy cares about: which ones add up many terms
+(POLICY.md 5), which only move values around, which operands are indices rather than values.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+from jax.extend import core as jcore
+
+from heddle.policy import _dtypes as D
+from heddle.policy import _lattice
+from heddle.policy._audit_source import Frame
+from heddle.policy._errors import PolicyError
+from heddle.policy._scalars import result_type
+
+NARROW_ACCUMULATION = "narrow_accumulation"
+IMPLICIT_PROMOTION = "implicit_promotion"
+LOSSY_CONVERSION = "lossy_conversion"
+FLOAT64_UNAVAILABLE = "float64_unavailable"
+
+CONTRACTIONS = frozenset({"dot_general", "conv_general_dilated", "ragged_dot_general"})
+# Primitives that add (or multiply) many terms into their first operand's dtype.
+ACCUMULATIONS = frozenset(
+    {
+        "reduce_sum", "reduce_prod", "reduce_window_sum", "cumsum", "cumprod", "cumlogsumexp",
+        "scatter-add", "scatter_add", "scatter-mul", "scatter_mul", "select_and_scatter_add",
+        "psum", "psum_invariant", "reduce_scatter",
+    }
+)  # fmt: skip
+GENERIC_REDUCTIONS = frozenset({"reduce", "reduce_window"})
+SUMMING = frozenset({"add", "mul", "add_any"})
+EXPS = frozenset({"exp", "exp2"})
+SUMS_OF_EXP = frozenset({"reduce_sum", "cumsum", "cumlogsumexp", "reduce_window_sum", "psum"})
+# Ops an exp's value flows through on its way to the sum of softmax / logsumexp.
+PASS_VALUE = frozenset(
+    {
+        "convert_element_type", "broadcast_in_dim", "reshape", "squeeze", "expand_dims",
+        "transpose", "mul", "div", "add", "sub", "neg", "select_n", "max", "min", "abs",
+        "stop_gradient", "copy", "copy_p",
+    }
+)  # fmt: skip
+SHAPE_OPS = frozenset(
+    {"broadcast_in_dim", "reshape", "squeeze", "expand_dims", "transpose", "copy", "copy_p"}
+)
+LOOK_THROUGH = SHAPE_OPS | {"convert_element_type"}
+# Ops that move values without computing on them.
+DATA_MOVEMENT = LOOK_THROUGH | {
+    "scatter", "select_n", "concatenate", "pad", "gather", "slice", "dynamic_slice",
+    "dynamic_update_slice", "rev",
+}  # fmt: skip
+# Primitive -> operand positions that are indices, not values (skipped when comparing dtypes).
+INDEX_OPERANDS: dict[str, Callable[[int], bool]] = {
+    "select_n": lambda i: i == 0,
+    "gather": lambda i: i == 1,
+    "scatter": lambda i: i == 1,
+    "scatter-add": lambda i: i == 1,
+    "scatter_add": lambda i: i == 1,
+    "dynamic_slice": lambda i: i >= 1,
+    "dynamic_update_slice": lambda i: i >= 2,
+}
+UPSTREAM_LIMIT = 256
+
+
+@dataclasses.dataclass(frozen=True)
+class RawFinding:
+    """A finding before deduplication; ``Finding`` (``_audit_report``) is what users see."""
+
+    kind: str
+    primitive: str
+    dtypes: tuple[str, ...]
+    out_dtype: str
+    shapes: tuple[tuple[int, ...], ...]
+    source: Frame | None
+    backward: bool
+    origin: str
+    note: str
+    path: str
+    expected: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class Ctx:
+    """What an equation inherits from the equation whose body it is in."""
+
+    source: Frame | None
+    backward: bool
+    explicit: bool
+    path: tuple[str, ...]
+
+
+_DTYPE_CACHE: dict[Any, np.dtype | None] = {}
+
+
+def policy_dtype(aval: Any) -> np.dtype | None:
+    """The policy dtype of an abstract value, or None for tokens, keys, float0 and the like."""
+    raw = getattr(aval, "dtype", None)
+    if raw is None:
+        return None
+    try:
+        return _DTYPE_CACHE[raw]
+    except (KeyError, TypeError):
+        pass
+    try:
+        d: np.dtype | None = D.dtype(np.dtype(raw))
+    except (TypeError, ValueError, PolicyError):
+        d = None
+    try:
+        _DTYPE_CACHE[raw] = d
+    except TypeError:
+        pass
+    return d
+
+
+def holds(big: np.dtype, small: np.dtype) -> bool:
+    """Whether every value of ``small`` is a value of ``big``."""
+    return big == small or _lattice.lossless(small, big)
+
+
+def join(a: np.dtype, b: np.dtype) -> np.dtype:
+    """The narrower of two dtypes that holds both (heddle's promotion where they are unrelated)."""
+    if holds(a, b):
+        return a
+    if holds(b, a):
+        return b
+    try:
+        return result_type(a, b)
+    except PolicyError:
+        return a if a.itemsize >= b.itemsize else b
+
+
+def shape_of(atom: Any) -> tuple[int, ...]:
+    """A variable's shape as ints (-1 for a symbolic dimension)."""
+    return tuple(int(s) if isinstance(s, (int, np.integer)) else -1 for s in atom.aval.shape)
+
+
+def short(d: np.dtype) -> str:
+    """A dtype's short alias (``bf16``) where it has one, else its name."""
+    return _SHORT.get(d.name, d.name)
+
+
+_SHORT = {v: k for k, v in D.ALIASES.items() if v not in ("float8_e4m3fn", "float8_e5m2")}
+
+
+class Level:
+    """One jaxpr being walked: who produces (``producer``) and who consumes each variable."""
+
+    def __init__(self, jaxpr: Any) -> None:
+        self.jaxpr = jaxpr
+        self.producer: dict[Any, Any] = {}
+        for eqn in jaxpr.eqns:
+            for v in eqn.outvars:
+                self.producer[v] = eqn
+        self._consumers: dict[Any, list[Any]] | None = None
+
+    def consumers(self, v: Any) -> list[Any]:
+        """The equations of this jaxpr that read ``v``."""
+        if self._consumers is None:
+            self._consumers = {}
+            for eqn in self.jaxpr.eqns:
+                for x in eqn.invars:
+                    if not isinstance(x, jcore.Literal):
+                        self._consumers.setdefault(x, []).append(eqn)
+        return self._consumers.get(v, [])
+
+
+def subjaxprs(params: dict[str, Any]) -> Iterator[Any]:
+    """The jaxprs among an equation's parameters (bodies, branches, called functions)."""
+    for v in params.values():
+        if isinstance(v, (jcore.Jaxpr, jcore.ClosedJaxpr)):
+            yield v
+        elif isinstance(v, (tuple, list)):
+            for w in v:
+                if isinstance(w, (jcore.Jaxpr, jcore.ClosedJaxpr)):
+                    yield w
