@@ -68,9 +68,12 @@ def _build() -> dict:
     return names
 
 
-globals().update(_build())
+_NAMES = _build()
+globals().update(_NAMES)
 
 from jax.numpy import fft as fft  # noqa: E402  (policy versions: see heddle.numpy.linalg/fft coverage)
 from jax.numpy import linalg as linalg  # noqa: E402
 
 del _OpClass
+
+__all__ = sorted({*_NAMES, "astype", "fft", "linalg", "promote_types", "result_type"})

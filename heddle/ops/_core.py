@@ -162,6 +162,8 @@ def _representative(sig: Any) -> Any:
 def _plan(spec: OpSpec, p: Policy, sigs: tuple, dtype_arg: Any, x64: bool) -> tuple:
     operands = tuple(_representative(s) for s in sigs)
     common = _scalars.resolve(operands, p)
+    typed_dtypes = [o for o in operands if isinstance(o, np.dtype)]
+    typed = _scalars.resolve(tuple(typed_dtypes), p) if typed_dtypes else None
     dtypes = _result_and_compute(spec, common, dtype_arg, p)
     for d in set(dtypes) - {None}:
         D.require_available(d, f"heddle.numpy.{getattr(spec.fn, '__name__', 'op')}")
@@ -170,7 +172,7 @@ def _plan(spec: OpSpec, p: Policy, sigs: tuple, dtype_arg: Any, x64: bool) -> tu
         if spec.plan is Plan.PREFERRED and dtypes[1] == np.float32
         else None
     )
-    return (common, *dtypes, precision)
+    return (common, *dtypes, precision, typed)
 
 
 def _result_and_compute(spec: OpSpec, common: np.dtype, dtype_arg: Any, p: Policy):
@@ -233,7 +235,7 @@ def _rebuild(template: tuple, values: Sequence[Any]) -> tuple[tuple[Any, ...], d
 
 def _run(spec: OpSpec, plan: tuple, template: tuple, values: Sequence[Any]) -> Any:
     """Steps 2-4: convert explicitly, call JAX with the accumulation dtype, round once."""
-    _, result, to, comp, acc, precision = plan
+    _, result, to, comp, acc, precision, _ = plan
     vals = [cast(cast(v, to), comp) for v in values]
     args, kwargs = _rebuild(template, vals)
     if spec.plan is Plan.ACC_DTYPE:
@@ -251,20 +253,21 @@ def _kernel(spec: OpSpec, plan: tuple, template: tuple) -> Callable[..., Any]:
 
 
 @functools.lru_cache(maxsize=16384)
-def _range_checked(value: Any, d: np.dtype, p: Policy) -> bool:
-    _scalars._check_range(value, d, p)
+def _range_checked(value: Any, d: np.dtype, p: Policy, typed: np.dtype | None) -> bool:
+    _scalars._check_range(value, d, p, typed)
     return True
 
 
-def _check_scalars(operands: Sequence[Any], sigs: tuple, common: np.dtype, p: Policy) -> None:
+def _check_scalars(operands: Sequence[Any], sigs: tuple, plan: tuple, p: Policy) -> None:
     """Range checks of POLICY.md 3 for the Python scalars (and concrete weak values) in a call."""
+    common, typed = plan[0], plan[-1]
     for x, sig in zip(operands, sigs, strict=True):
         if isinstance(sig, type):
-            _range_checked(x, common, p)
+            _range_checked(x, common, p, typed)
         elif sig is not None and sig[1]:
             value = _scalars._concrete(x)
             if value is not None:
-                _range_checked(value, common, p)
+                _range_checked(value, common, p, typed)
 
 
 def make_op(name: str, spec: OpSpec) -> Callable[..., Any]:
@@ -296,7 +299,7 @@ def make_op(name: str, spec: OpSpec) -> Callable[..., Any]:
             hit = plans[key] = (p, _plan(spec, p, sigs, d_arg, key[3]), {})
         _, plan, kernels = hit
         if p.check_scalar_range and any(type(s) is not tuple or s[1] for s in sigs):
-            _check_scalars(operands, sigs, plan[0], p)
+            _check_scalars(operands, sigs, plan, p)
         values = [materialise(v, plan[2]) for v in operands]
         if any(isinstance(v, jax.core.Tracer) for v in values):
             return _run(spec, plan, template, values)

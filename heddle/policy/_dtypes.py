@@ -69,6 +69,15 @@ def _parse_hashable(x: Any) -> np.dtype:
                 )
             )
         return d
+    if x is None:  # NumPy reads None as float64: heddle never picks a width silently
+        raise UnknownDTypeError(
+            message(
+                "dtype(None)",
+                "None names no dtype under heddle's policy",
+                "Name one, e.g. heddle.policy.dtype('float32'), or use the default of the "
+                "active policy: heddle.policy.current().default_float.",
+            )
+        )
     if x is bool:
         return _BY_NAME["bool"]
     if x is int or x is float or x is complex:
@@ -193,7 +202,7 @@ def real_dtype(d: np.dtype) -> np.dtype:
 
 def is_64bit(d: np.dtype) -> bool:
     """Whether ``d`` needs ``jax_enable_x64`` (int64, uint64, float64, complex128)."""
-    return d.itemsize == 8 or d == np.complex128
+    return d.name in _NARROWER  # complex64 is 8 bytes too, but two float32 parts
 
 
 def x64_enabled() -> bool:

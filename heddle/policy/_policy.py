@@ -8,9 +8,7 @@ is traced again under another, never reused stale.
 from __future__ import annotations
 
 import contextlib
-import csv
 import dataclasses
-import io
 import os
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -21,78 +19,10 @@ import numpy as np
 from heddle.policy import _dtypes as D
 from heddle.policy import _lattice
 from heddle.policy._errors import PromotionError, UnknownDTypeError, message
-
-Pair = tuple[np.dtype, np.dtype]
-
-
-class PromotionTable(Mapping[Pair, "np.dtype | None"]):
-    """An immutable, hashable pairwise promotion table; ``None`` marks a ``PromotionError`` cell.
-
-    Args:
-      cells: every ordered pair of dtypes it covers, mapped to the result dtype or None.
-      name: a label for messages.
-    """
-
-    def __init__(self, cells: Mapping[Pair, np.dtype | None], name: str = "custom") -> None:
-        self._cells = dict(cells)
-        self._name = name
-        self._hash = hash(
-            tuple(
-                sorted(
-                    (a.name, b.name, getattr(r, "name", None)) for (a, b), r in self._cells.items()
-                )
-            )
-        )
-
-    def __getitem__(self, key: Pair) -> np.dtype | None:
-        return self._cells[key]
-
-    def __iter__(self) -> Iterator[Pair]:
-        return iter(self._cells)
-
-    def __len__(self) -> int:
-        return len(self._cells)
-
-    def __hash__(self) -> int:
-        return self._hash
-
-    def __eq__(self, other: object) -> bool:
-        return (
-            isinstance(other, PromotionTable)
-            and self._hash == other._hash
-            and self._cells == other._cells
-        )
-
-    def __repr__(self) -> str:
-        return f"PromotionTable({self._name!r}, {len(self._cells)} cells)"
-
-    @property
-    def dtypes(self) -> tuple[np.dtype, ...]:
-        """The dtypes the table covers, in ``DTYPES`` order."""
-        present = {a for a, _ in self._cells}
-        return tuple(d for d in D.DTYPES if d in present)
-
-
-def _table_from_csv(text: str) -> dict[Pair, np.dtype | None]:
-    rows = list(csv.reader(io.StringIO(text.strip())))
-    header = [D.dtype(n) for n in rows[0][1:]]
-    cells: dict[Pair, np.dtype | None] = {}
-    for row in rows[1:]:
-        a = D.dtype(row[0])
-        for b, v in zip(header, row[1:], strict=True):
-            cells[a, b] = None if v.strip() == "error" else D.dtype(v)
-    return cells
-
-
-def _jax_cells() -> dict[Pair, np.dtype | None]:
-    cells: dict[Pair, np.dtype | None] = {}
-    for a in D.DTYPES:
-        for b in D.DTYPES:
-            try:
-                cells[a, b] = np.dtype(jax.numpy.promote_types(a, b))
-            except (TypeError, jax.dtypes.TypePromotionError):
-                cells[a, b] = None
-    return cells
+from heddle.policy._promotion import Pair as Pair
+from heddle.policy._promotion import PromotionTable as PromotionTable
+from heddle.policy._promotion import _jax_cells, _table_from_csv, promotion_message
+from heddle.policy._promotion import promote_all as promote_all
 
 
 def _default_from_env(var: str, fallback: str, kinds: str) -> np.dtype:
@@ -157,6 +87,14 @@ class Policy:
     float32_matmul_precision: str = "highest"
 
     def __post_init__(self) -> None:
+        if not isinstance(self.table, PromotionTable):
+            raise TypeError(
+                message(
+                    f"Policy(name={self.name!r}, table=<{type(self.table).__name__}>)",
+                    "the table must be a PromotionTable, which is immutable and hashable",
+                    "Build the policy with heddle.policy.Policy.from_table(table, name=...).",
+                )
+            )
         for field in (
             "default_float",
             "default_int",
@@ -193,10 +131,14 @@ class Policy:
           **fields: any other ``Policy`` field (``default_float=...``).
 
         Returns:
-          The policy. Pairs the table does not cover are errors; a table that is not symmetric is refused.
+          The policy. Pairs the table does not cover are errors. A mapping needs one entry per
+          unordered pair: the mirrored pair and ``(a, a) -> a`` are filled in. The result of a cell is
+          the user's choice and is not checked against containment (``float16`` may win over
+          ``bfloat16``, as below).
 
         Raises:
-          ValueError: the table is not symmetric or a cell's result is not one of its operands' containers.
+          ValueError: the table is not symmetric.
+          UnknownDTypeError: a key or a cell names no dtype of the policy.
 
         Examples:
           >>> from heddle import policy
@@ -232,44 +174,32 @@ class Policy:
     def promote(self, a: Any, b: Any) -> np.dtype:
         """The promotion of two dtypes under this policy (dtype-likes, no scalars).
 
+        Args:
+          a: a dtype-like.
+          b: a dtype-like.
+
+        Returns:
+          The result dtype of the pair in this policy's table.
+
         Raises:
-          PromotionError: the table has no result for the pair.
+          PromotionError: the table has no result for the pair (an ``error`` cell, or a pair it does
+            not cover); the message names the explicit conversion.
+
+        Examples:
+          >>> from heddle import policy
+          >>> policy.JAX.promote("int8", "uint8"), policy.HEDDLE.promote("int8", "bfloat16")
+          (dtype('int16'), dtype(bfloat16))
         """
         a, b = D.dtype(a), D.dtype(b)
         r = self.table.get((a, b))
         if r is None:
-            raise PromotionError(_promotion_message(self, a, b))
+            raise PromotionError(promotion_message(self, a, b))
         return r
 
     @property
     def int_float_dtype(self) -> np.dtype:
         """The dtype float-only ops give for integer or bool input."""
         return self.float_result_for_int or self.default_float
-
-
-def _promotion_message(p: Policy, a: np.dtype, b: np.dtype) -> str:
-    asked = f"promoting {a.name} with {b.name} (policy {p.name!r})"
-    kinds = {D.kind(a), D.kind(b)}
-    if (a, b) not in p.table:
-        return message(
-            asked,
-            "the policy's table does not cover this pair",
-            "Convert one operand explicitly, e.g. heddle.astype(x, 'float32').",
-        )
-    if kinds <= {"i", "u"}:
-        return message(
-            asked,
-            "no integer dtype holds every value of both (uint64 and a signed integer)",
-            "Convert explicitly: heddle.astype(x, 'int64') if the values fit, or heddle.astype(x, 'float64').",
-        )
-    holders = [
-        c.name for c in _lattice.REAL_FLOATS if _lattice.holds(c, a) and _lattice.holds(c, b)
-    ]
-    return message(
-        asked,
-        f"no unique narrowest format holds every value of both (candidates: {', '.join(holders[:2])})",
-        f"Cast explicitly to the one you mean, e.g. heddle.astype(x, '{holders[0] if holders else 'float32'}').",
-    )
 
 
 HEDDLE = Policy(
@@ -317,6 +247,9 @@ def use(p: Policy) -> Iterator[Policy]:
 
     Returns:
       A context manager yielding ``p``.
+
+    Raises:
+      TypeError: ``p`` is not a ``Policy``.
 
     Examples:
       >>> from heddle import policy
@@ -370,7 +303,7 @@ def default_dtypes(float: Any = None, int: Any = None, complex: Any = None) -> I
             raise UnknownDTypeError(
                 message(
                     f"default_dtypes({field.removeprefix('default_')}={value!r})",
-                    f"{d.name} is not a {dict(f='float', iu='integer', c='complex')[kinds]} dtype",
+                    f"{d.name} is not {dict(f='a float', iu='an integer', c='a complex')[kinds]} dtype",
                     f"Pass e.g. default_dtypes({field.removeprefix('default_')}={dict(f='float32', iu='int32', c='complex64')[kinds]!r}).",
                 )
             )

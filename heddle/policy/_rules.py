@@ -15,6 +15,7 @@ from heddle.policy import _dtypes as D
 from heddle.policy import _lattice
 from heddle.policy._errors import PromotionError, message
 from heddle.policy._policy import Policy, current
+from heddle.policy._promotion import promote_all
 
 _F32 = np.dtype("float32")
 _I32 = np.dtype("int32")
@@ -69,9 +70,11 @@ def can_lossless_cast(src: Any, dst: Any) -> bool:
 def least_upper_float(d: Any) -> np.dtype:
     """The narrowest float dtype that holds every value of ``d`` exactly.
 
-    A float or complex dtype is returned unchanged. For an integer dtype it is the unique minimal float
-    container; where several incomparable formats are minimal (``int8`` fits both float16 and bfloat16)
-    it is their own narrowest container (float32), so the answer never depends on a tie-break.
+    A float or complex dtype is returned unchanged. For an integer or bool dtype it is the unique
+    minimal float container. Where several incomparable formats are minimal (``int8`` fits both float16
+    and bfloat16) it is the narrowest container of all of them, found the same way (float32), so the
+    answer never depends on a tie-break: ``int4`` fits many float8 formats, whose minimal common
+    containers are float16 and bfloat16 again, so it is float32 too.
 
     Args:
       d: a dtype-like.
@@ -92,14 +95,10 @@ def least_upper_float(d: Any) -> np.dtype:
     d = D.dtype(d)
     if D.is_inexact(d):
         return d
-    holders = [f for f in _lattice.REAL_FLOATS if _lattice.holds(f, d)]
-    minimal = [f for f in holders if not any(g != f and _lattice.holds(f, g) for g in holders)]
-    r = (
-        minimal[0]
-        if len(minimal) == 1
-        else _lattice.least_upper_bound(minimal, _lattice.REAL_FLOATS)
-    )
-    if r is None:
+    minimal = _minimal_holders([d])
+    while len(minimal) > 1:  # a tie: climb to the minimal containers of every tied format
+        minimal = _minimal_holders(minimal)
+    if not minimal:
         raise PromotionError(
             message(
                 f"least_upper_float({d.name})",
@@ -107,7 +106,13 @@ def least_upper_float(d: Any) -> np.dtype:
                 "Choose a float and accept the rounding: heddle.astype(x, 'float64').",
             )
         )
-    return r
+    return minimal[0]
+
+
+def _minimal_holders(dtypes: list[np.dtype]) -> list[np.dtype]:
+    """The minimal real floats that hold every value of every dtype in ``dtypes``."""
+    holders = [f for f in _lattice.REAL_FLOATS if all(_lattice.holds(f, d) for d in dtypes)]
+    return [f for f in holders if not any(g != f and _lattice.holds(f, g) for g in holders)]
 
 
 def acc_dtype(d: Any, policy: Policy | None = None) -> np.dtype:
@@ -151,6 +156,12 @@ def grad_dtype(d: Any) -> np.dtype:
     float64 and the complex dtypes keep their dtype; every other float becomes float32; integer and
     bool leaves get float32 (zero) gradients.
 
+    Args:
+      d: the leaf's dtype-like.
+
+    Returns:
+      The gradient's dtype.
+
     Examples:
       >>> from heddle import policy
       >>> policy.grad_dtype("bfloat16"), policy.grad_dtype("float64"), policy.grad_dtype("int32")
@@ -185,10 +196,7 @@ def _reduction(policy: Policy, dtypes: tuple[np.dtype, ...]) -> np.dtype:
 
 
 def _promote_all(policy: Policy, dtypes: tuple[np.dtype, ...]) -> np.dtype:
-    out = dtypes[0]
-    for d in dtypes[1:]:
-        out = policy.promote(out, d)
-    return out
+    return promote_all(policy, dtypes)
 
 
 # POLICY.md 4 as data: op class -> result rule over the (already resolved) operand dtypes.
@@ -200,6 +208,10 @@ OP_CLASSES = {
     OpClass.INTEGRAL: lambda policy, dtypes: dtypes[0],
     OpClass.SELECTION: lambda policy, dtypes: dtypes[0],
     OpClass.REDUCTION: _reduction,
+    # casts and creation: the requested dtype, given last (``astype(x, D)`` passes ``x.dtype, D``;
+    # a creation op passes its ``dtype=`` argument, or the scalar default / typed input it resolved)
+    OpClass.CAST: lambda policy, dtypes: dtypes[-1],
+    OpClass.CREATION: lambda policy, dtypes: dtypes[-1],
 }
 
 
@@ -207,15 +219,20 @@ def result_dtype(op_class: OpClass, *dtypes: Any, policy: Policy | None = None) 
     """The result dtype of an op of class ``op_class`` on operands of the given dtypes (POLICY.md 4).
 
     Reductions, scans and contractions (``OpClass.REDUCTION``) keep a float input's dtype and give
-    integer and bool inputs their accumulation dtype.
+    integer and bool inputs their accumulation dtype. ``CAST`` and ``CREATION`` give the requested
+    dtype, passed last.
 
     Args:
       op_class: the op's class.
-      *dtypes: the operands' dtypes (Python scalars already resolved, see ``result_type``).
+      *dtypes: the operands' dtypes (Python scalars already resolved, see ``result_type``); at least one.
       policy: the policy; the active one by default.
 
     Returns:
       The result dtype.
+
+    Raises:
+      PromotionError: the operands of an arithmetic, float-only or reduction op have no promotion.
+      ValueError: no dtype was given.
 
     Examples:
       >>> from heddle import policy
@@ -225,7 +242,16 @@ def result_dtype(op_class: OpClass, *dtypes: Any, policy: Policy | None = None) 
       dtype('int32')
     """
     p = policy or current()
-    return OP_CLASSES[op_class](p, tuple(D.dtype(d) for d in dtypes))
+    if not dtypes:
+        raise ValueError(
+            message(
+                f"result_dtype({op_class})",
+                "it needs the dtype of at least one operand",
+                f"Pass the operands' dtypes, e.g. result_dtype({op_class}, x.dtype); for Python "
+                "scalars resolve them first with heddle.policy.result_type(...).",
+            )
+        )
+    return OP_CLASSES[OpClass(op_class)](p, tuple(D.dtype(d) for d in dtypes))
 
 
 def reduction_dtypes(
@@ -234,10 +260,19 @@ def reduction_dtypes(
     """Result and accumulation dtype of a sum-like op on input ``d`` with an optional ``dtype=``.
 
     An explicit ``dtype`` sets the result; accumulation is the wider of the accumulation dtypes of the
-    input and the result (POLICY.md 4, last paragraph).
+    input and the result (POLICY.md 4, last paragraph): their promotion, so an integer input with a
+    float ``dtype`` accumulates in the float's accumulation dtype.
+
+    Args:
+      d: the input's dtype-like.
+      dtype: the op's ``dtype=`` argument, or None.
+      policy: the policy; the active one by default.
 
     Returns:
       ``(result, accumulation)``.
+
+    Raises:
+      PromotionError: the two accumulation dtypes have no promotion (``uint64`` with a signed result).
 
     Examples:
       >>> from heddle import policy
