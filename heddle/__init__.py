@@ -4,6 +4,8 @@
 correctly rounded casts; ``heddle.policy`` for the rules themselves.
 """
 
+from heddle import lax as lax
+from heddle import nn as nn
 from heddle import numpy as numpy
 from heddle import policy as policy
 from heddle.numpy import astype as astype
@@ -11,4 +13,11 @@ from heddle.policy import audit as audit
 
 __version__ = "0.1.0"
 
-__all__ = ["astype", "audit", "numpy", "policy"]
+__all__ = [
+    "astype",
+    "audit",
+    "lax",
+    "nn",
+    "numpy",
+    "policy",
+]

@@ -71,8 +71,8 @@ def _build() -> dict:
 _NAMES = _build()
 globals().update(_NAMES)
 
-from jax.numpy import fft as fft  # noqa: E402  (policy versions: see heddle.numpy.linalg/fft coverage)
-from jax.numpy import linalg as linalg  # noqa: E402
+from heddle.ops._linalg import fft as fft  # noqa: E402
+from heddle.ops._linalg import linalg as linalg  # noqa: E402
 
 del _OpClass
 

@@ -201,6 +201,7 @@ def _result_and_compute(spec: OpSpec, common: np.dtype, dtype_arg: Any, p: Polic
     return result, result, comp, None
 
 
+_EAGER = object()  # marks an op that cannot run as one jitted kernel
 _PRECISION = {"highest": lax.Precision.HIGHEST, "high": lax.Precision.HIGH, "default": None}
 
 
@@ -245,7 +246,32 @@ def _run(spec: OpSpec, plan: tuple, template: tuple, values: Sequence[Any]) -> A
         if precision is not None and kwargs.get("precision") is None:
             kwargs["precision"] = precision
     out = spec.fn(*args, **kwargs)
-    return jax.tree.map(lambda o: cast(o, result) if o.dtype != result else o, out)
+    return jax.tree.map(lambda o: _round_output(o, result), out)
+
+
+def _output_dtype(out: np.dtype, result: np.dtype) -> np.dtype:
+    """The dtype one output of an op is rounded to: the result dtype, adapted to the output's kind.
+
+    An op with several outputs, or one whose output kind differs from its inputs', keeps the kind JAX
+    gives: a real output of a complex op (``angle``) takes the real part of the result dtype, a
+    complex output of a real op (``sort_complex``) its complex counterpart, and an integer output of
+    a float op (``frexp``'s exponent) the policy's index dtype.
+    """
+    k, kr = D.kind(out), D.kind(result)
+    if k == kr or k == "b":
+        return result if k == kr else out
+    if k == "f" and kr == "c":
+        return D.real_dtype(result)
+    if k == "c" and kr == "f":
+        return _scalars._complex_of(result)
+    if k in "iu" and kr in "fc":
+        return current().index_dtype
+    return result
+
+
+def _round_output(o: Any, result: np.dtype) -> Any:
+    d = _output_dtype(np.dtype(o.dtype), result)
+    return o if o.dtype == d else cast(o, d)
 
 
 def _kernel(spec: OpSpec, plan: tuple, template: tuple) -> Callable[..., Any]:
@@ -309,7 +335,13 @@ def make_op(name: str, spec: OpSpec) -> Callable[..., Any]:
                 kernel = kernels[template] = _kernel(spec, plan, template)
         except TypeError:  # an unhashable static argument (an array passed as axis=, ...)
             return _run(spec, plan, template, values)
-        return kernel(*values)
+        if kernel is _EAGER:
+            return _run(spec, plan, template, values)
+        try:
+            return kernel(*values)
+        except jax.errors.ConcretizationTypeError:  # a data-dependent shape (nonzero, ...): no kernel
+            kernels[template] = _EAGER
+            return _run(spec, plan, template, values)
 
     op.__doc__ = _doc(name, spec, spec.fn)
     return op

@@ -8,6 +8,7 @@ correctly rounded cast.
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -39,10 +40,15 @@ def _default_float() -> np.dtype:
 
 
 def _like(fn: Callable[..., Any]) -> Callable[..., Any]:
+    first = next(iter(inspect.signature(fn).parameters))  # "a", or "prototype" for empty_like
+
     @functools.wraps(fn)
-    def op(a: Any, dtype: Any = None, *args: Any, **kwargs: Any) -> jax.Array:
+    def op(*args: Any, dtype: Any = None, **kwargs: Any) -> jax.Array:
+        a = args[0] if args else kwargs.pop(first)
+        if len(args) > 1:  # dtype given positionally
+            dtype, args = args[1], args[:1] + args[2:]
         d = _want(dtype, lambda: _scalars.resolve((a,)), f"{fn.__name__}")
-        return fn(a, d, *args, **kwargs)
+        return fn(a, d, *args[1:], **kwargs)
 
     return op
 

@@ -161,23 +161,28 @@ def _generic_reduce(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
     else (max, min, variadic reductions, other computations) is JAX's own call, unchanged.
     """
 
+    sig = inspect.signature(fn)
+    operand_name, init_name, comp_name = list(sig.parameters)[:3]
+
     @functools.wraps(fn)
-    def op(operands: Any, init_values: Any, computation: Any, *args: Any, **kwargs: Any) -> Any:
-        if not (_is_array(operands) and _is_array(init_values)) or isinstance(
-            operands, (list, tuple)
-        ):
-            return fn(operands, init_values, computation, *args, **kwargs)
+    def op(*args: Any, **kwargs: Any) -> Any:
+        bound = sig.bind(*args, **kwargs)
+        a = bound.arguments
+        operands, init_values = a[operand_name], a[init_name]
+        if not (_is_array(operands) and _is_array(init_values)):
+            return fn(*args, **kwargs)  # variadic (tuples of operands): JAX's own call
         p = current()
         d = _scalars.resolve((operands,), p)
-        kind = monoid(computation, d)
+        kind = monoid(a[comp_name], d)
         if kind is None:
-            return fn(operands, init_values, computation, *args, **kwargs)
+            return fn(*args, **kwargs)
         result, acc = _rules.reduction_dtypes(d, None, p)
         for x in {result, acc}:
             D.require_available(x, f"heddle.lax.{name}")
-        x = cast(materialise(operands, d), acc)
-        init = cast(materialise(init_values, d), acc)
-        out = fn(x, init, lax.add if kind == "add" else lax.mul, *args, **kwargs)
+        a[operand_name] = cast(materialise(operands, d), acc)
+        a[init_name] = cast(materialise(init_values, d), acc)
+        a[comp_name] = lax.add if kind == "add" else lax.mul
+        out = fn(*bound.args, **bound.kwargs)
         return out if out.dtype == result else cast(out, result)
 
     return op

@@ -15,6 +15,8 @@ as ``heddle.numpy.linalg`` and ``heddle.numpy.fft``.
 from __future__ import annotations
 
 import functools
+import inspect
+import sys
 import types
 from collections.abc import Callable
 from typing import Any
@@ -80,17 +82,22 @@ FFT_PASS = {
 def _contraction_chain(fn: Callable[..., Any], name: str, seq: bool) -> Callable[..., Any]:
     """multi_dot / matrix_power: operands to acc_dtype, contract there, round once."""
 
+    sig = inspect.signature(fn)
+    first = next(iter(sig.parameters))
+
     @functools.wraps(fn)
-    def op(first: Any, *args: Any, **kwargs: Any) -> jax.Array:
+    def op(*args: Any, **kwargs: Any) -> jax.Array:
         p = current()
-        operands = tuple(first) if seq else (first,)
+        bound = sig.bind(*args, **kwargs)
+        operands = tuple(bound.arguments[first]) if seq else (bound.arguments[first],)
         common = _scalars.resolve(operands, p)
         result, acc = _rules.reduction_dtypes(common, None, p)
         for d in {result, acc}:
             D.require_available(d, f"heddle.numpy.linalg.{name}")
         vals = [cast(_core.materialise(v, common), acc) for v in operands]
+        bound.arguments[first] = vals if seq else vals[0]
         with precision_scope(acc, p):
-            out = fn(vals if seq else vals[0], *args, **kwargs)
+            out = fn(*bound.args, **bound.kwargs)
         return cast(out, result)
 
     return op
@@ -205,3 +212,6 @@ def _build_fft() -> types.ModuleType:
 
 linalg = _build_linalg()
 fft = _build_fft()
+# ``import heddle.numpy.linalg`` works as ``import jax.numpy.linalg`` does
+sys.modules.setdefault("heddle.numpy.linalg", linalg)
+sys.modules.setdefault("heddle.numpy.fft", fft)

@@ -82,6 +82,45 @@ def precision_scope(comp: np.dtype, p: Policy) -> contextlib.AbstractContextMana
     return contextlib.nullcontext()
 
 
+_DYNAMIC = object()  # marks an array argument in a kernel's template
+
+
+def _is_array(x: Any) -> bool:
+    return isinstance(x, (np.ndarray, np.generic, jax.Array))
+
+
+def _template(args: Sequence[Any], kwargs: dict[str, Any]) -> tuple[tuple, list[Any]]:
+    """(hashable template of the non-array arguments, the array arguments in order)."""
+    arrays: list[Any] = []
+
+    def mark(v: Any) -> Any:
+        if _is_array(v):
+            arrays.append(v)
+            return _DYNAMIC
+        return v
+
+    targs = tuple(mark(a) for a in args)
+    tkw = tuple((k, mark(kwargs[k])) for k in sorted(kwargs))
+    return (targs, tkw), arrays
+
+
+def _fill(template: tuple, arrays: Sequence[Any]) -> tuple[list[Any], dict[str, Any]]:
+    it = iter(arrays)
+    targs, tkw = template
+    args = [next(it) if a is _DYNAMIC else a for a in targs]
+    kwargs = {k: next(it) if v is _DYNAMIC else v for k, v in tkw}
+    return args, kwargs
+
+
+def host_data(x: Any) -> Any:
+    """Nested lists and tuples as arrays at the policy's defaults (as ``heddle.numpy.asarray``)."""
+    if isinstance(x, (list, tuple)):
+        from heddle.ops._creation import asarray
+
+        return asarray(x)
+    return x
+
+
 def float_op(
     fn: Callable[..., Any],
     qualname: str,
@@ -92,6 +131,9 @@ def float_op(
     matmul: bool = False,
 ) -> Callable[..., Any]:
     """Wraps a JAX function so that it computes in the accumulation dtype and rounds once.
+
+    Eagerly, the conversions, the call and the rounding run as one jitted kernel per (dtypes,
+    non-array arguments); under an outer ``jax.jit`` they are traced inline.
 
     Args:
       fn: the JAX function.
@@ -106,6 +148,9 @@ def float_op(
 
     Returns:
       The wrapped function; ``inspect.signature`` of it is that of ``fn``.
+
+    Raises:
+      TypeError: at import, when a name in ``values`` or ``params`` is not a parameter of ``fn``.
     """
     known = inspect.signature(fn).parameters
     missing = [n for n in (*values, *params) if n not in known]
@@ -114,41 +159,63 @@ def float_op(
     pos = _positions(fn)
     slots = [(n, pos.get(n)) for n in values]
     pslots = [(n, pos.get(n)) for n in params]
+    kernels: dict[tuple, Callable[..., Any]] = {}
+
+    def present(args: Sequence[Any], kwargs: dict[str, Any], which: list) -> list:
+        out = []
+        for n, i in which:
+            v = kwargs[n] if n in kwargs else args[i] if i is not None and i < len(args) else None
+            if v is not None:
+                out.append((n, i, v))
+        return out
+
+    def put(args: list[Any], kwargs: dict[str, Any], n: str, i: int | None, v: Any) -> None:
+        if n in kwargs:
+            kwargs[n] = v
+        else:
+            args[i] = v
+
+    def compute(args: list[Any], kwargs: dict[str, Any], result: np.dtype, p: Policy) -> Any:
+        comp = compute_dtype(result, p)
+        for n, i, v in present(args, kwargs, slots):
+            put(args, kwargs, n, i, cast(cast(v, result), comp))
+        for n, i, v in present(args, kwargs, pslots):
+            if hasattr(v, "dtype"):
+                put(args, kwargs, n, i, cast(v, D.real_dtype(comp)))
+        scope = precision_scope(comp, p) if matmul else contextlib.nullcontext()
+        with scope:
+            out = fn(*args, **kwargs)
+        return round_outputs(out, result, p)
 
     @functools.wraps(fn)
     def op(*args: Any, **kwargs: Any) -> Any:
-        p = current()
-        found = [
-            (n, i, kwargs[n] if n in kwargs else args[i])
-            for n, i in slots
-            if n in kwargs or (i is not None and i < len(args))
-        ]
-        found = [(n, i, v) for n, i, v in found if v is not None]
+        found = [(n, i, host_data(v)) for n, i, v in present(args, kwargs, slots)]
         if not found:
             return fn(*args, **kwargs)
+        p = current()
         common = _scalars.resolve(tuple(v for _, _, v in found), p)
         result = _rules.result_dtype(op_class, common, policy=p)
-        comp = compute_dtype(result, p)
-        for d in {result, comp}:
+        for d in {result, compute_dtype(result, p)}:
             D.require_available(d, f"heddle.{qualname}")
         new_args, new_kwargs = list(args), dict(kwargs)
-
-        def put(n: str, i: int | None, v: Any) -> None:
-            if n in new_kwargs:
-                new_kwargs[n] = v
-            else:
-                new_args[i] = v
-
         for n, i, v in found:
-            put(n, i, cast(cast(materialise(v, result), result), comp))
-        for n, i in pslots:
-            v = kwargs.get(n, args[i] if i is not None and i < len(args) else None)
-            if hasattr(v, "dtype"):
-                put(n, i, cast(v, D.real_dtype(comp)))
-        scope = precision_scope(comp, p) if matmul else contextlib.nullcontext()
-        with scope:
-            out = fn(*new_args, **new_kwargs)
-        return round_outputs(out, result, p)
+            put(new_args, new_kwargs, n, i, materialise(v, result))
+        template, arrays = _template(new_args, new_kwargs)
+        if any(isinstance(a, jax.core.Tracer) for a in arrays):
+            return compute(new_args, new_kwargs, result, p)
+        key = (template, result, p, D.x64_enabled())
+        try:
+            kernel = kernels.get(key)
+        except TypeError:  # an unhashable non-array argument: run op by op
+            return compute(new_args, new_kwargs, result, p)
+        if kernel is None:
+
+            def run(*arrays: Any, template: tuple = template) -> Any:
+                a, k = _fill(template, arrays)
+                return compute(a, k, result, p)
+
+            kernel = kernels[key] = jax.jit(run)
+        return kernel(*arrays)
 
     return op
 
@@ -161,6 +228,7 @@ def _clipper(fn: Callable[..., Any], lo: int, hi: int | None, qualname: str) -> 
 
     @functools.wraps(fn)
     def op(x: Any) -> Any:
+        x = host_data(x)
         d = _scalars.resolve((x,))
         x = jnp.asarray(materialise(x, d))
         if D.kind(d) == "b":
@@ -193,6 +261,7 @@ def one_hot(x: Any, num_classes: int, *, dtype: Any = None, axis: int | Any = -1
       PrecisionError: a 64-bit ``dtype`` while ``jax_enable_x64`` is off.
 
     Examples:
+      >>> import jax.numpy as jnp
       >>> import heddle.nn
       >>> heddle.nn.one_hot(jnp.array([0, 2]), 3)
       Array([[1., 0., 0.],
@@ -249,37 +318,43 @@ def dot_product_attention(
       PromotionError: the operands have no promotion under the policy.
 
     Examples:
+      >>> import jax.numpy as jnp
       >>> import heddle.nn
       >>> q = jnp.ones((1, 4, 2, 8), jnp.bfloat16)
       >>> heddle.nn.dot_product_attention(q, q, q).dtype
       dtype(bfloat16)
     """
+    kwargs = dict(
+        scale=scale,
+        is_causal=is_causal,
+        query_seq_lengths=query_seq_lengths,
+        key_value_seq_lengths=key_value_seq_lengths,
+        local_window_size=local_window_size,
+        implementation=implementation,
+        return_residual=return_residual,
+    )
+    if implementation != "cudnn":
+        return _attention(query, key, value, bias, mask, **kwargs)
     p = current()
     operands = tuple(v for v in (query, key, value, bias) if v is not None)
     result = _rules.result_dtype(OpClass.FLOAT_ONLY, _scalars.resolve(operands, p), policy=p)
-    comp = result if implementation == "cudnn" else compute_dtype(result, p)
-    for d in {result, comp}:
-        D.require_available(d, "heddle.nn.dot_product_attention")
+    D.require_available(result, "heddle.nn.dot_product_attention")
 
     def conv(v: Any) -> Any:
-        return None if v is None else cast(cast(materialise(v, result), result), comp)
+        return None if v is None else cast(materialise(v, result), result)
 
-    with precision_scope(comp, p):
-        out = jax.nn.dot_product_attention(
-            conv(query),
-            conv(key),
-            conv(value),
-            conv(bias),
-            mask,
-            scale=scale,
-            is_causal=is_causal,
-            query_seq_lengths=query_seq_lengths,
-            key_value_seq_lengths=key_value_seq_lengths,
-            local_window_size=local_window_size,
-            implementation=implementation,
-            return_residual=return_residual,
-        )
+    out = jax.nn.dot_product_attention(
+        conv(query), conv(key), conv(value), conv(bias), mask, **kwargs
+    )
     return round_outputs(out, result, p)
+
+
+_attention = float_op(
+    jax.nn.dot_product_attention,
+    "nn.dot_product_attention",
+    values=("query", "key", "value", "bias"),
+    matmul=True,
+)
 
 
 # --- the table ------------------------------------------------------------------------------------
@@ -373,18 +448,35 @@ def build() -> dict[str, Any]:
 
 def _policy_init(inner: Callable[..., Any], default: Any, qualname: str) -> Callable[..., Any]:
     """An initializer that samples in the accumulation dtype and rounds once to ``dtype``."""
+    kernels: dict[tuple, Callable[..., Any]] = {}
+
+    def sample(key: Any, shape: Any, d: np.dtype, p: Policy, kwargs: dict[str, Any]) -> Any:
+        comp = compute_dtype(d, p)
+        with precision_scope(comp, p):
+            out = inner(key, shape, comp, **kwargs)
+        return out if out.dtype == d else cast(out, d)
 
     @functools.wraps(inner)
     def init(key: Any, shape: Any, dtype: Any = None, *args: Any, **kwargs: Any) -> jax.Array:
         p = current()
         chosen = dtype if dtype is not None else default
         d = p.default_float if chosen is None else D.dtype(chosen)
-        comp = compute_dtype(d, p)
-        for x in {d, comp}:
+        for x in {d, compute_dtype(d, p)}:
             D.require_available(x, f"heddle.nn.initializers.{qualname}")
-        with precision_scope(comp, p):
-            out = inner(key, shape, comp, *args, **kwargs)
-        return out if out.dtype == d else cast(out, d)
+        if args:  # out_sharding given positionally
+            kwargs["out_sharding"] = args[0]
+        if isinstance(key, jax.core.Tracer):
+            return sample(key, shape, d, p, kwargs)
+        try:
+            k = (tuple(shape), d, p, D.x64_enabled(), tuple(sorted(kwargs.items())))
+            kernel = kernels.get(k)
+        except TypeError:  # an unhashable argument: sample op by op
+            return sample(key, shape, d, p, kwargs)
+        if kernel is None:
+            kernel = kernels[k] = jax.jit(
+                functools.partial(sample, shape=tuple(shape), d=d, p=p, kwargs=kwargs)
+            )
+        return kernel(key)
 
     return init
 

@@ -30,10 +30,12 @@ OPS: dict[str, tuple[OpClass, Plan, tuple[int, ...] | str]] = {
     # arithmetic, computed in float32 for narrow floats and rounded once
     **dict.fromkeys(
         "add subtract multiply maximum minimum power pow remainder mod fmod floor_divide divmod "
-        "copysign fmax fmin heaviside gcd lcm cross kron outer polyadd polysub polymul polyval "
-        "diff ediff1d ptp vander".split(),
+        "copysign fmax fmin heaviside gcd lcm kron outer polyadd polysub polymul polyval".split(),
         (A, UP, "all"),
     ),
+    # the same, with static arguments (axis, order, ...) after the value operands
+    **dict.fromkeys("diff ediff1d ptp vander".split(), (A, UP, FIRST)),
+    "cross": (A, UP, FIRST_TWO),
     # integer-only and bit-level arithmetic: no float path to take
     **dict.fromkeys(
         "bitwise_and bitwise_or bitwise_xor left_shift right_shift bitwise_left_shift "
@@ -49,7 +51,7 @@ OPS: dict[str, tuple[OpClass, Plan, tuple[int, ...] | str]] = {
     "clip": (A, NAT, "all"),
     # integrality-preserving: the input dtype
     **dict.fromkeys(
-        "negative positive abs absolute sign square ceil floor round around rint trunc fix conj "
+        "negative positive abs absolute sign square ceil floor round around rint trunc conj "
         "conjugate".split(),
         (G, UP, FIRST),
     ),
@@ -61,10 +63,17 @@ OPS: dict[str, tuple[OpClass, Plan, tuple[int, ...] | str]] = {
         "exp exp2 expm1 log log10 log1p log2 sqrt cbrt sin cos tan arcsin arccos arctan asin acos "
         "atan sinh cosh tanh arcsinh arccosh arctanh asinh acosh atanh deg2rad degrees rad2deg "
         "radians divide true_divide hypot arctan2 atan2 logaddexp logaddexp2 sinc i0 float_power "
-        "reciprocal fabs unwrap interp average median nanmedian percentile nanpercentile quantile "
-        "nanquantile corrcoef cov trapezoid gradient polyder polyint polydiv polyfit roots".split(),
+        "reciprocal fabs polydiv angle modf".split(),
         (F, UP, "all"),
     ),
+    # float-only with static arguments after the value operands
+    **dict.fromkeys(
+        "unwrap average median nanmedian percentile nanpercentile quantile nanquantile gradient "
+        "polyder polyint roots poly frexp ldexp sort_complex".split(),
+        (F, UP, FIRST),
+    ),
+    **dict.fromkeys("corrcoef cov trapezoid polyfit".split(), (F, UP, FIRST_TWO)),
+    "interp": (F, UP, (0, 1, 2)),
     # float-only and accumulating, with a dtype= argument
     **dict.fromkeys("mean var std nanmean nanvar nanstd".split(), (F, ACC, FIRST)),
     # sums, products and scans: accumulate in acc_dtype, integers return it
@@ -75,9 +84,11 @@ OPS: dict[str, tuple[OpClass, Plan, tuple[int, ...] | str]] = {
     ),
     # contractions: preferred_element_type = acc_dtype
     **dict.fromkeys(
-        "matmul dot vdot inner tensordot matvec vecmat vecdot convolve correlate".split(),
+        "matmul dot vdot inner tensordot vecdot convolve correlate".split(),
         (R, PREF, FIRST_TWO),
     ),
+    # contractions without a preferred_element_type: operands upcast to the accumulation dtype
+    **dict.fromkeys("matvec vecmat".split(), (R, UP, FIRST_TWO)),
     "einsum": (R, PREF, AFTER_SUBSCRIPTS),
     # comparisons and predicates: bool
     **dict.fromkeys(
@@ -102,14 +113,14 @@ OPS: dict[str, tuple[OpClass, Plan, tuple[int, ...] | str]] = {
 PASS_REASONS = {
     "selection": (
         "values are copied bit-exactly, the result has the input's dtype",
-        "max min amax amin nanmax nanmin sort sort_complex partition take take_along_axis compress "
+        "max min amax amin nanmax nanmin sort partition take take_along_axis compress "
         "extract reshape transpose flip fliplr flipud roll tile repeat squeeze expand_dims ravel "
         "moveaxis swapaxes rollaxis rot90 matrix_transpose permute_dims broadcast_to broadcast_arrays "
         "atleast_1d atleast_2d atleast_3d split array_split hsplit vsplit dsplit unstack diagonal "
         "diag diagflat tril triu pad trim_zeros resize delete insert copy put put_along_axis place "
         "fill_diagonal choose select piecewise block meshgrid unique unique_all unique_counts "
-        "unique_inverse unique_values union1d intersect1d setdiff1d setxor1d real imag angle frexp "
-        "modf ldexp bitwise_count packbits unpackbits ix_",
+        "unique_inverse unique_values union1d intersect1d setdiff1d setxor1d real imag "
+        "bitwise_count packbits unpackbits ix_",
     ),
     "metadata": (
         "returns shapes, flags or dtype facts, not arrays",

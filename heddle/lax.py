@@ -1,0 +1,29 @@
+"""Drop-in replacement for ``jax.lax`` under heddle's dtype policy.
+
+Every public name of the installed ``jax.lax`` exists here. The entry points that accumulate have
+policy versions (classified in ``heddle/ops/_lax.py``): contractions (``dot_general``, ``dot``,
+``conv_general_dilated``, ``conv``, ``conv_with_general_padding``, ``conv_transpose``,
+``batch_matmul``, ``ragged_dot``) accumulate through ``preferred_element_type=acc_dtype`` (float32
+ones at ``Precision.HIGHEST`` unless the policy says otherwise); ``reduce_sum``, ``reduce_prod``,
+``cumsum``, ``cumprod`` and ``cumlogsumexp`` accumulate in float32 for narrow floats and give
+integers their accumulation dtype; ``reduce`` and ``reduce_window`` do the same when their
+computation is an add or a multiply. Everything else is ``jax.lax``'s own object.
+
+Examples:
+  >>> import numpy as np, ml_dtypes
+  >>> import heddle.lax
+  >>> x = np.full(100_000, 0.1, ml_dtypes.bfloat16)
+  >>> float(heddle.lax.cumsum(x)[-1])  # bfloat16(10009.765625); jax.lax.cumsum drifts
+  9984.0
+"""
+
+from __future__ import annotations
+
+import jax.lax as _jlax
+
+from heddle.ops import _lax
+
+globals().update({name: getattr(_jlax, name) for name in dir(_jlax) if not name.startswith("_")})
+globals().update(_lax.build())
+
+__all__ = sorted(name for name in dir(_jlax) if not name.startswith("_"))
