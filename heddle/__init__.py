@@ -4,20 +4,30 @@
 correctly rounded casts; ``heddle.policy`` for the rules themselves.
 """
 
+from heddle import autodiff as autodiff
 from heddle import lax as lax
 from heddle import nn as nn
 from heddle import numpy as numpy
 from heddle import policy as policy
+from heddle import quant as quant
+from heddle import scaling as scaling
 from heddle.numpy import astype as astype
 from heddle.policy import audit as audit
+from heddle.quant import dequantize as dequantize
+from heddle.quant import quantize as quantize
 
 __version__ = "0.1.0"
 
 __all__ = [
     "astype",
     "audit",
+    "autodiff",
+    "dequantize",
     "lax",
     "nn",
     "numpy",
     "policy",
+    "quant",
+    "quantize",
+    "scaling",
 ]

@@ -27,7 +27,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--policy", choices=("heddle", "jax"), default="heddle")
     t.set_defaults(run=_table)
     from heddle._cli_audit import add_audit_parser
+    from heddle._cli_demo import add_demo_parser
 
+    add_demo_parser(sub)
     add_audit_parser(sub)
     return parser
 

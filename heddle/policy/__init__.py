@@ -23,6 +23,10 @@ from heddle.policy._policy import PromotionTable as PromotionTable
 from heddle.policy._policy import current as current
 from heddle.policy._policy import default_dtypes as default_dtypes
 from heddle.policy._policy import use as use
+from heddle.policy._precision import Precision as Precision
+from heddle.policy._precision import cast_to_compute as cast_to_compute
+from heddle.policy._precision import cast_to_output as cast_to_output
+from heddle.policy._precision import cast_to_param as cast_to_param
 from heddle.policy._rules import OpClass as OpClass
 from heddle.policy._rules import acc_dtype as acc_dtype
 from heddle.policy._rules import can_lossless_cast as can_lossless_cast
@@ -44,6 +48,7 @@ __all__ = [
     "JAX",
     "OpClass",
     "Policy",
+    "Precision",
     "PolicyError",
     "PrecisionError",
     "PromotionError",
@@ -53,6 +58,9 @@ __all__ = [
     "acc_dtype",
     "audit",
     "can_lossless_cast",
+    "cast_to_compute",
+    "cast_to_output",
+    "cast_to_param",
     "current",
     "default_dtypes",
     "dtype",

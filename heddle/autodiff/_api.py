@@ -1,0 +1,358 @@
+"""grad, value_and_grad, vjp, jacfwd, jacrev, jacobian and hessian under POLICY.md section 7."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import numpy as np
+from jax import lax
+
+from heddle.autodiff._leaves import Leaves, normalize_argnums
+from heddle.autodiff._twins import evaluate, is_narrow
+from heddle.policy._errors import message
+from heddle.policy._rules import promote_types
+
+_F32 = np.dtype("float32")
+
+
+class _Traced:
+    """One call of the user's function as JAX sees it: widened inputs, widened main outputs."""
+
+    def __init__(self, fun: Callable[..., Any], leaves: Leaves, kwargs: dict, has_aux: bool):
+        self.fun, self.leaves, self.kwargs, self.has_aux = fun, leaves, kwargs, has_aux
+        self.out_dtypes: Any = None  # pytree of the main output's dtypes, set while tracing
+
+    def __call__(self, *wide_args: Any) -> Any:
+        dynamic, twins, _, place = self.leaves.rebuild(wide_args)
+        flat, twin_of, tree = evaluate(
+            lambda *xs: self.fun(*place(xs), **self.kwargs), dynamic, twins
+        )
+        idx = tree.unflatten(list(range(len(flat))))
+        if self.has_aux:
+            if not isinstance(idx, tuple | list) or len(idx) != 2:
+                raise TypeError(
+                    message(
+                        "has_aux=True",
+                        "the function must return a (value, aux) pair, "
+                        f"but returned a {type(idx).__name__}",
+                        "Return (value, aux), or pass has_aux=False.",
+                    )
+                )
+            main, aux = idx
+        else:
+            main, aux = idx, None
+        self.out_dtypes = jax.tree.map(lambda i: np.dtype(flat[i].dtype), main)
+        wide = jax.tree.map(
+            lambda i: twin_of(i) if is_narrow(flat[i].dtype) else flat[i],
+            main,
+        )
+        if self.has_aux:
+            return wide, jax.tree.map(lambda i: flat[i], aux)
+        return wide
+
+    def narrow_value(self, value: Any) -> Any:
+        """Rounds the widened main output back to the function's dtypes (exact)."""
+        return jax.tree.map(
+            lambda v, d: lax.convert_element_type(v, d) if v.dtype != d else v,
+            value,
+            self.out_dtypes,
+        )
+
+
+def _setup(fun, args, kwargs, argnums, has_aux, name):
+    nums = normalize_argnums(argnums, len(args), name)
+    leaves = Leaves(args, nums)
+    return _Traced(fun, leaves, kwargs, has_aux), leaves
+
+
+def _jax_argnums(argnums: int | Sequence[int], nums: tuple[int, ...]) -> int | tuple[int, ...]:
+    return nums[0] if isinstance(argnums, int) else nums
+
+
+def value_and_grad(
+    fun: Callable[..., Any],
+    argnums: int | Sequence[int] = 0,
+    has_aux: bool = False,
+    holomorphic: bool = False,
+    allow_int: bool = False,
+) -> Callable[..., tuple[Any, Any]]:
+    """``jax.value_and_grad`` with gradients at ``grad_dtype`` of each leaf (POLICY.md 7).
+
+    The value is bit for bit what ``fun`` returns. A bfloat16, float16 or float8 leaf gets a float32
+    gradient accumulated in float32 without ever being rounded to the leaf's dtype; float32, float64
+    and complex leaves keep their dtype; an integer or bool leaf gets a zero float32 gradient of its
+    shape (no float0, no error), so parameters and gradients zip.
+
+    Args:
+      fun: the function; its (first) output a real scalar of any float dtype.
+      argnums: position or positions of the arguments to differentiate.
+      has_aux: ``fun`` returns ``(value, aux)``; aux is returned untouched.
+      holomorphic: as ``jax.value_and_grad``.
+      allow_int: accepted for signature compatibility; integer leaves always get zero float32
+        gradients.
+
+    Returns:
+      A function returning ``(value, grads)`` or ``((value, aux), grads)``.
+
+    Raises:
+      TypeError: ``argnums`` is not an int or a sequence of ints, or names a missing argument; and
+        whatever ``jax.value_and_grad`` raises for the function (non-scalar output, ...).
+
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> from heddle import autodiff
+      >>> w = jnp.ones(3, jnp.bfloat16)
+      >>> value, g = autodiff.value_and_grad(lambda w: (w * w).sum())(w)
+      >>> value.dtype, g.dtype
+      (dtype(bfloat16), dtype('float32'))
+    """
+    del allow_int
+
+    @functools.wraps(fun)
+    def wrapped(*args: Any, **kwargs: Any) -> tuple[Any, Any]:
+        traced, leaves = _setup(fun, args, kwargs, argnums, has_aux, "value_and_grad")
+        value, grads = jax.value_and_grad(
+            traced,
+            argnums=_jax_argnums(argnums, leaves.argnums),
+            has_aux=has_aux,
+            holomorphic=holomorphic,
+        )(*leaves.wide_args)
+        if has_aux:
+            value, aux = value
+            return (traced.narrow_value(value), aux), grads
+        return traced.narrow_value(value), grads
+
+    return wrapped
+
+
+def grad(
+    fun: Callable[..., Any],
+    argnums: int | Sequence[int] = 0,
+    has_aux: bool = False,
+    holomorphic: bool = False,
+    allow_int: bool = False,
+) -> Callable[..., Any]:
+    """``jax.grad`` with gradients at ``grad_dtype`` of each leaf (POLICY.md 7).
+
+    See ``value_and_grad`` for the dtype contract.
+
+    Args:
+      fun: the function; its (first) output a real scalar of any float dtype.
+      argnums: position or positions of the arguments to differentiate.
+      has_aux: ``fun`` returns ``(value, aux)``; the result is then ``(grads, aux)``.
+      holomorphic: as ``jax.grad``.
+      allow_int: accepted for signature compatibility; integer leaves always get zero float32
+        gradients.
+
+    Returns:
+      A function returning the gradients (and aux).
+
+    Raises:
+      TypeError: as ``value_and_grad``.
+
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> from heddle import autodiff
+      >>> params = {"w": jnp.ones(2, jnp.bfloat16), "step": jnp.int32(3)}
+      >>> g = autodiff.grad(lambda p: (p["w"] * p["step"].astype(p["w"].dtype)).sum())(params)
+      >>> g["w"].dtype, g["step"].dtype, g["step"].item()
+      (dtype('float32'), dtype('float32'), 0.0)
+    """
+    vg = value_and_grad(fun, argnums, has_aux, holomorphic, allow_int)
+
+    @functools.wraps(fun)
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        value, grads = vg(*args, **kwargs)
+        return (grads, value[1]) if has_aux else grads
+
+    return wrapped
+
+
+def vjp(fun: Callable[..., Any], *primals: Any, has_aux: bool = False) -> tuple[Any, ...]:
+    """``jax.vjp`` with cotangents at ``grad_dtype`` of each primal leaf (POLICY.md 7).
+
+    Args:
+      fun: the function.
+      *primals: its arguments; all are differentiated.
+      has_aux: ``fun`` returns ``(out, aux)``.
+
+    Returns:
+      ``(out, pullback)`` or ``(out, pullback, aux)``. ``out`` is bit for bit what ``fun`` returns.
+      ``pullback(cotangent)`` accepts, for a narrow float output, a cotangent of the output's dtype
+      or of float32 (rounded once to the output's dtype where the output was produced, as every
+      cotangent of a narrow value is), and returns a tuple with one cotangent per primal, at its
+      ``grad_dtype`` (zeros of float32 for integer leaves).
+
+    Raises:
+      TypeError: whatever ``jax.vjp`` raises for the function or the cotangent.
+
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> from heddle import autodiff
+      >>> x = jnp.arange(3).astype(jnp.bfloat16)
+      >>> out, pullback = autodiff.vjp(lambda x: x * x, x)
+      >>> (ct,) = pullback(jnp.ones(3, jnp.float32))
+      >>> out.dtype, ct.dtype, ct.tolist()
+      (dtype(bfloat16), dtype('float32'), [0.0, 2.0, 4.0])
+    """
+    traced, leaves = _setup(fun, primals, {}, tuple(range(len(primals))), has_aux, "vjp")
+    res = jax.vjp(traced, *leaves.wide_args, has_aux=has_aux)
+    out, pull = res[0], res[1]
+
+    def pullback(ct: Any) -> tuple[Any, ...]:
+        ct = jax.tree.map(
+            lambda c, d: (
+                lax.convert_element_type(c, _F32)
+                if is_narrow(d) and np.dtype(c.dtype) in (d, _F32)
+                else c
+            ),
+            ct,
+            traced.out_dtypes,
+        )
+        return pull(ct)
+
+    result = (traced.narrow_value(out), pullback)
+    return (*result, res[2]) if has_aux else result
+
+
+def _align(jac: Any, out_dtypes: Any, in_dtypes: Any) -> Any:
+    """Casts each Jacobian block to the promotion of its output's and input's gradient dtypes."""
+
+    def block(o: np.dtype, sub: Any) -> Any:
+        def cast(i: Any, b: Any) -> Any:
+            if i is None or not hasattr(b, "dtype"):
+                return b
+            target = promote_types(_grad_of(o), _grad_of(i))
+            return b if b.dtype == target else lax.convert_element_type(b, target)
+
+        return jax.tree.map(cast, in_dtypes, sub, is_leaf=lambda x: x is None)
+
+    return jax.tree.map(block, out_dtypes, jac)
+
+
+def _grad_of(d: np.dtype) -> np.dtype:
+    return _F32 if is_narrow(d) or np.dtype(d).kind in "biu" else np.dtype(d)
+
+
+def _jac(transform: Callable[..., Any], name: str, fun, argnums, has_aux, holomorphic, **kw):
+    @functools.wraps(fun)
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        traced, leaves = _setup(fun, args, kwargs, argnums, has_aux, name)
+        jargnums = _jax_argnums(argnums, leaves.argnums)
+        res = transform(traced, argnums=jargnums, has_aux=has_aux, holomorphic=holomorphic, **kw)(
+            *leaves.wide_args
+        )
+        jac, aux = res if has_aux else (res, None)
+        if isinstance(jargnums, int):
+            in_dtypes = leaves.input_dtypes(jargnums)
+        else:
+            in_dtypes = tuple(leaves.input_dtypes(i) for i in jargnums)
+        jac = _align(jac, traced.out_dtypes, in_dtypes)
+        return (jac, aux) if has_aux else jac
+
+    return wrapped
+
+
+def jacfwd(
+    fun: Callable[..., Any],
+    argnums: int | Sequence[int] = 0,
+    has_aux: bool = False,
+    holomorphic: bool = False,
+) -> Callable[..., Any]:
+    """``jax.jacfwd`` under POLICY.md 7: tangents never narrower than float32.
+
+    Each Jacobian block (one output leaf by one input leaf) has the promotion of the two leaves'
+    ``grad_dtype`` (float32 for narrow floats and integers), the same dtype as ``jacrev`` gives.
+
+    Args:
+      fun: the function.
+      argnums: position or positions of the arguments to differentiate.
+      has_aux: ``fun`` returns ``(out, aux)``; the result is then ``(jacobian, aux)``.
+      holomorphic: as ``jax.jacfwd``.
+
+    Returns:
+      A function returning the Jacobian, shaped as ``jax.jacfwd``'s.
+
+    Raises:
+      TypeError: as ``value_and_grad``.
+
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> from heddle import autodiff
+      >>> j = autodiff.jacfwd(lambda x: x * x)(jnp.arange(2).astype(jnp.bfloat16))
+      >>> j.dtype, j.tolist()
+      (dtype('float32'), [[0.0, 0.0], [0.0, 2.0]])
+    """
+    return _jac(jax.jacfwd, "jacfwd", fun, argnums, has_aux, holomorphic)
+
+
+def jacrev(
+    fun: Callable[..., Any],
+    argnums: int | Sequence[int] = 0,
+    has_aux: bool = False,
+    holomorphic: bool = False,
+    allow_int: bool = False,
+) -> Callable[..., Any]:
+    """``jax.jacrev`` under POLICY.md 7: cotangents never narrower than float32.
+
+    Args:
+      fun: the function.
+      argnums: position or positions of the arguments to differentiate.
+      has_aux: ``fun`` returns ``(out, aux)``; the result is then ``(jacobian, aux)``.
+      holomorphic: as ``jax.jacrev``.
+      allow_int: accepted for signature compatibility; integer leaves get zero float32 blocks.
+
+    Returns:
+      A function returning the Jacobian; block dtypes as ``jacfwd``.
+
+    Raises:
+      TypeError: as ``value_and_grad``.
+
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> from heddle import autodiff
+      >>> j = autodiff.jacrev(lambda x: x * x)(jnp.arange(2).astype(jnp.bfloat16))
+      >>> j.dtype, j.tolist()
+      (dtype('float32'), [[0.0, 0.0], [0.0, 2.0]])
+    """
+    del allow_int
+    return _jac(jax.jacrev, "jacrev", fun, argnums, has_aux, holomorphic)
+
+
+jacobian = jacrev
+
+
+def hessian(
+    fun: Callable[..., Any],
+    argnums: int | Sequence[int] = 0,
+    has_aux: bool = False,
+    holomorphic: bool = False,
+) -> Callable[..., Any]:
+    """``jax.hessian`` under POLICY.md 7: ``jacfwd(jacrev(fun))`` with heddle's transforms.
+
+    Both levels carry float32 twins, so second-order terms are never rounded to a narrow dtype.
+
+    Args:
+      fun: the function.
+      argnums: position or positions of the arguments to differentiate.
+      has_aux: ``fun`` returns ``(out, aux)``; the result is then ``(hessian, aux)``.
+      holomorphic: as ``jax.hessian``.
+
+    Returns:
+      A function returning the Hessian, shaped as ``jax.hessian``'s.
+
+    Raises:
+      TypeError: as ``value_and_grad``.
+
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> from heddle import autodiff
+      >>> h = autodiff.hessian(lambda x: (x * x * x).sum())(jnp.array([1.0, 2.0], jnp.bfloat16))
+      >>> h.dtype, h.tolist()
+      (dtype('float32'), [[6.0, 0.0], [0.0, 12.0]])
+    """
+    inner = jacrev(fun, argnums, has_aux=has_aux, holomorphic=holomorphic)
+    return jacfwd(inner, argnums, has_aux=has_aux, holomorphic=holomorphic)

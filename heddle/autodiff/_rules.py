@@ -1,0 +1,91 @@
+"""The contraction rule behind heddle's float32 backward pass.
+
+``contract(lhs, rhs, lhs32, rhs32, ...)`` is ``lax.dot_general`` on the operands as given (narrow, so
+the forward runs exactly the contraction it replaces and keeps the narrow operands as residuals),
+whose tangent is taken through the float32 twins ``lhs32``/``rhs32`` (same values). It is a
+``jax.custom_jvp`` function, so forward mode, reverse mode (JAX linearises the JVP rule and transposes
+it) and ``vmap`` all apply. The tangent contraction mixes a float32 tangent with the narrow residual
+and accumulates in float32, as JAX's own transpose does; its result is a float32 cotangent for the
+twin, summed with the twin's other cotangents before any rounding.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import jax
+import numpy as np
+from jax import lax
+from jax.custom_derivatives import SymbolicZero
+
+_F32 = np.dtype("float32")
+
+
+@functools.cache
+def _contraction(
+    dimension_numbers: Any, precision: Any, preferred_element_type: Any, out_sharding: Any
+):
+    kw = dict(
+        dimension_numbers=dimension_numbers,
+        precision=precision,
+        preferred_element_type=preferred_element_type,
+        out_sharding=out_sharding,
+    )
+
+    @jax.custom_jvp
+    def dot(lhs, rhs, lhs32, rhs32):
+        del lhs32, rhs32
+        return lax.dot_general(lhs, rhs, **kw)
+
+    def dot_jvp(primals, tangents):
+        lhs, rhs, _, _ = primals
+        _, _, t_lhs, t_rhs = tangents  # the tangents of the narrow values are those of the twins
+        out = dot(*primals)
+        terms = []
+        if not isinstance(t_lhs, SymbolicZero):
+            terms.append(lax.dot_general(t_lhs, rhs, **kw))
+        if not isinstance(t_rhs, SymbolicZero):
+            terms.append(lax.dot_general(lhs, t_rhs, **kw))
+        if not terms:
+            return out, lax.full_like(out, 0)
+        return out, terms[0] if len(terms) == 1 else terms[0] + terms[1]
+
+    dot.defjvp(dot_jvp, symbolic_zeros=True)
+    return dot
+
+
+def contract(
+    lhs: jax.Array,
+    rhs: jax.Array,
+    lhs32: jax.Array,
+    rhs32: jax.Array,
+    *,
+    dimension_numbers: Any,
+    precision: Any = None,
+    preferred_element_type: Any = _F32,
+    out_sharding: Any = None,
+) -> jax.Array:
+    """``lax.dot_general(lhs, rhs)`` whose derivative flows through float32 twins of the operands.
+
+    Args:
+      lhs: the left operand as the forward pass uses it (narrow or float32).
+      rhs: the right operand as the forward pass uses it.
+      lhs32: a float32 array with exactly the values of ``lhs``; gradients reach ``lhs`` through it.
+      rhs32: the same for ``rhs``.
+      dimension_numbers: as ``lax.dot_general``.
+      precision: as ``lax.dot_general``.
+      preferred_element_type: the accumulation and result dtype (float32 for narrow operands).
+      out_sharding: as ``lax.dot_general``.
+
+    Returns:
+      Bit for bit ``lax.dot_general(lhs, rhs, ...)``.
+    """
+    fn = _contraction(
+        _freeze(dimension_numbers), precision, np.dtype(preferred_element_type), out_sharding
+    )
+    return fn(lhs, rhs, lhs32, rhs32)
+
+
+def _freeze(x: Any) -> Any:
+    return tuple(_freeze(e) for e in x) if isinstance(x, list | tuple) else x

@@ -1,0 +1,307 @@
+"""Evaluates a traced function with a float32 twin beside every narrow float value.
+
+This is the mechanism of heddle.autodiff (see the package docstring for why it is needed). The
+function is traced once to a jaxpr; the jaxpr is then evaluated equation by equation, binding the same
+primitives with the same parameters, so every primal value is bit for bit the one the plain call
+computes. Beside each narrow float variable ``v`` (bfloat16, float16, float8, float4) the evaluator
+can produce its *twin*: one float32 array with exactly ``v``'s values, shared by every use. Three
+rewrites use the twins; everything else is bound unchanged:
+
+1. ``convert_element_type(v -> float32/float64)`` of a narrow ``v`` (how heddle's ops enter their
+   float32 path) returns ``v``'s twin. All uses of ``v`` then read one float32 variable, so JAX sums
+   their cotangent contributions in float32 (its ``add_any`` works at the variable's dtype) and the
+   sum is rounded once, to ``v``'s dtype, where ``v`` was produced (the transpose of the producing
+   op's final rounding). For a differentiated leaf the twin is the float32 variable heddle.autodiff
+   differentiates with respect to: its gradient is never rounded at all.
+2. ``dot_general`` with a narrow operand and a float32 result (heddle's contractions, with
+   ``preferred_element_type=float32``) becomes ``contract``: same forward, tangent through the twins,
+   so a contraction's cotangent joins the float32 sum of rule 1 instead of being rounded first.
+3. Operations that only copy values (reshape, transpose, broadcast, slicing, gather, concatenate,
+   pad, select, neg, abs, max, min, ...) give their result the same operation applied to the twins,
+   so a transposed or reshaped leaf (``w.T``) and a gather's repeated indices keep float32 sums.
+
+Twins are created lazily: a twin nobody asks for is never computed. Calls to ``jax.jit``-compiled
+functions without sharding annotations are evaluated inline so the rewrites reach inside them; other
+``jax.checkpoint`` is re-applied around an evaluation with twins for the inputs whose twin exists
+already (the differentiated leaves), so its rematerialisation is kept. Other higher-order primitives
+(``scan``, ``while``, ``cond``, custom_jvp/custom_vjp functions, ``shard_map``) are bound unchanged,
+and a narrow value crossing into them has a cotangent of its own dtype, as in JAX.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+from jax._src import source_info_util
+from jax.extend import core as jex_core
+
+from heddle.autodiff._rules import contract
+
+_F32 = np.dtype("float32")
+
+# Primitives whose single result copies values of its operands of the result's dtype.
+_COPYING = frozenset(
+    {
+        "abs",
+        "broadcast_in_dim",
+        "clamp",
+        "concatenate",
+        "copy",
+        "copy_p",
+        "dynamic_slice",
+        "dynamic_update_slice",
+        "gather",
+        "max",
+        "mesh_cast",
+        "min",
+        "neg",
+        "pad",
+        "reduce_max",
+        "reduce_min",
+        "reshape",
+        "reshard",
+        "rev",
+        "select_n",
+        "sharding_constraint",
+        "slice",
+        "squeeze",
+        "transpose",
+    }
+)
+
+
+def is_narrow(d: Any) -> bool:
+    """Whether ``d`` is a real float dtype narrower than float32 (its gradients are float32)."""
+    d = np.dtype(d)
+    return bool(jnp.issubdtype(d, jnp.floating)) and d.itemsize < 4
+
+
+def _is_float(d: np.dtype) -> bool:
+    return bool(jnp.issubdtype(d, jnp.floating))
+
+
+def _dtype(atom: Any) -> np.dtype | None:
+    aval = atom.aval
+    return getattr(aval, "dtype", None)
+
+
+def _weak(atom: Any) -> bool:
+    return bool(getattr(atom.aval, "weak_type", False))
+
+
+class _Frame:
+    """Values and lazily computed twins of one jaxpr's variables."""
+
+    def __init__(self) -> None:
+        self.env: dict[Any, Any] = {}
+        self.twins: dict[Any, Any] = {}
+        self.pending: dict[Any, Callable[[], Any]] = {}
+
+    def read(self, atom: Any) -> Any:
+        return atom.val if isinstance(atom, jex_core.Literal) else self.env[atom]
+
+    def twin(self, atom: Any) -> Any:
+        if isinstance(atom, jex_core.Literal):
+            return lax.convert_element_type(atom.val, _F32)
+        t = self.twins.get(atom)
+        if t is None:
+            make = self.pending.pop(atom, None)
+            t = make() if make is not None else lax.convert_element_type(self.env[atom], _F32)
+            self.twins[atom] = t
+        return t
+
+    def has_twin(self, atom: Any) -> bool:
+        return not isinstance(atom, jex_core.Literal) and (
+            atom in self.twins or atom in self.pending
+        )
+
+
+def _unspecified(shardings: Sequence[Any]) -> bool:
+    return all(type(s).__name__ == "UnspecifiedValue" for s in shardings)
+
+
+def _run(frame: _Frame, jaxpr: Any) -> None:
+    for eqn in jaxpr.eqns:
+        name = eqn.primitive.name
+        params = eqn.params
+        with (
+            source_info_util.user_context(
+                eqn.source_info.traceback,
+                name_stack=source_info_util.current_name_stack() + eqn.source_info.name_stack,
+            ),
+            eqn.ctx.manager,
+        ):
+            if name == "convert_element_type" and _convert(frame, eqn):
+                continue
+            if name == "dot_general" and _dot(frame, eqn):
+                continue
+            if name in ("jit", "pjit") and _inline_jit(frame, eqn):
+                continue
+            if name == "closed_call":
+                _inline(frame, eqn, params["call_jaxpr"])
+                continue
+            if name in ("remat2", "checkpoint") and _remat(frame, eqn):
+                continue
+            bind_params = eqn.primitive.get_bind_params(params)
+            ans = eqn.primitive.bind(*map(frame.read, eqn.invars), **bind_params)
+        outs = ans if eqn.primitive.multiple_results else [ans]
+        for v, x in zip(eqn.outvars, outs, strict=True):
+            frame.env[v] = x
+        if name in _COPYING and not eqn.primitive.multiple_results:
+            _copying_twin(frame, eqn)
+
+
+def _convert(frame: _Frame, eqn: Any) -> bool:
+    (src,), (out,) = eqn.invars, eqn.outvars
+    params = eqn.params
+    if params.get("sharding") is not None or _weak(out):
+        return False
+    s, d = _dtype(src), np.dtype(params["new_dtype"])
+    if s is None or not _is_float(d):
+        return False
+    if is_narrow(s) and d.itemsize >= 4:
+        t = frame.twin(src)
+        frame.env[out] = t if d == _F32 else lax.convert_element_type(t, d)
+        return True
+    return False
+
+
+def _dot(frame: _Frame, eqn: Any) -> bool:
+    lhs, rhs = eqn.invars
+    out_dtype = _dtype(eqn.outvars[0])
+    dl, dr = _dtype(lhs), _dtype(rhs)
+    if out_dtype is None or dl is None or dr is None:
+        return False
+    if not (_is_float(out_dtype) and _is_float(dl) and _is_float(dr)):
+        return False
+    if out_dtype.itemsize < 4 or not (is_narrow(dl) or is_narrow(dr)):
+        return False
+
+    def twin(a: Any, d: np.dtype) -> Any:
+        return frame.twin(a) if is_narrow(d) else frame.read(a)
+
+    frame.env[eqn.outvars[0]] = contract(
+        frame.read(lhs), frame.read(rhs), twin(lhs, dl), twin(rhs, dr), **eqn.params
+    )
+    return True
+
+
+def _inline_jit(frame: _Frame, eqn: Any) -> bool:
+    p = eqn.params
+    if not _unspecified(p["in_shardings"]) or not _unspecified(p["out_shardings"]):
+        return False
+    if any(lay is not None for lay in (*p["in_layouts"], *p["out_layouts"])):
+        return False
+    _inline(frame, eqn, p["jaxpr"])
+    return True
+
+
+def _inline(frame: _Frame, eqn: Any, closed: Any) -> None:
+    inner = _Frame()
+    jaxpr = closed.jaxpr
+    for v, c in zip(jaxpr.constvars, closed.consts, strict=True):
+        inner.env[v] = c
+    for v, a in zip(jaxpr.invars, eqn.invars, strict=True):
+        inner.env[v] = frame.read(a)
+        if frame.has_twin(a):
+            inner.pending[v] = lambda a=a: frame.twin(a)
+    _run(inner, jaxpr)
+    for v, a in zip(eqn.outvars, jaxpr.outvars, strict=True):
+        if isinstance(v, jex_core.DropVar):
+            continue
+        frame.env[v] = inner.read(a)
+        if inner.has_twin(a):
+            frame.pending[v] = lambda a=a: inner.twin(a)
+
+
+def _remat(frame: _Frame, eqn: Any) -> bool:
+    """``jax.checkpoint``: re-wrapped around an evaluation with twins, for the inputs whose twin is
+    already computed (differentiated leaves, mostly). A pending twin is not forced: passing it in
+    would make the checkpoint keep a float32 residual where it keeps a narrow one."""
+    p = eqn.params
+    jaxpr = p["jaxpr"]
+    if jaxpr.constvars:
+        return False
+    with_twin = [i for i, a in enumerate(eqn.invars) if not isinstance(a, jex_core.Literal)]
+    with_twin = [i for i in with_twin if eqn.invars[i] in frame.twins]
+    if not with_twin:
+        return False
+
+    def body(values: list[Any], twins: list[Any]) -> list[Any]:
+        inner = _Frame()
+        for v, x in zip(jaxpr.invars, values, strict=True):
+            inner.env[v] = x
+        for i, t in zip(with_twin, twins, strict=True):
+            inner.twins[jaxpr.invars[i]] = t
+        _run(inner, jaxpr)
+        return [inner.read(v) for v in jaxpr.outvars]
+
+    wrapped = jax.checkpoint(body, prevent_cse=p["prevent_cse"], policy=p["policy"])
+    outs = wrapped(
+        [frame.read(a) for a in eqn.invars], [frame.twins[eqn.invars[i]] for i in with_twin]
+    )
+    for v, x in zip(eqn.outvars, outs, strict=True):
+        if not isinstance(v, jex_core.DropVar):
+            frame.env[v] = x
+    return True
+
+
+def _copying_twin(frame: _Frame, eqn: Any) -> None:
+    (out,) = eqn.outvars
+    d = _dtype(out)
+    if d is None or not is_narrow(d) or isinstance(out, jex_core.DropVar):
+        return
+    if not any(frame.has_twin(a) for a in eqn.invars):
+        return  # nothing upstream carries a twin: the default conversion is as good
+
+    def make() -> Any:
+        args = [frame.twin(a) if _dtype(a) == d else frame.read(a) for a in eqn.invars]
+        return eqn.primitive.bind(*args, **eqn.primitive.get_bind_params(eqn.params))
+
+    frame.pending[out] = make
+
+
+def evaluate(
+    fun: Callable[..., Any], args: Sequence[Any], arg_twins: Sequence[Any | None]
+) -> tuple[Any, Callable[[int], Any], Any]:
+    """Calls ``fun(*args)`` through the twin-carrying evaluator.
+
+    Args:
+      fun: a function of positional array arguments returning a pytree of arrays.
+      args: the arguments.
+      arg_twins: for each argument, a float32 array with its exact values (its twin) or None.
+
+    Returns:
+      ``(flat_outputs, twin_of_output, out_tree)``: ``twin_of_output(i)`` is the float32 twin of the
+      i-th flat output (meaningful for narrow float outputs).
+    """
+    out_tree = []
+
+    def flat(*xs):
+        leaves, tree = jax.tree.flatten(fun(*xs))
+        out_tree.append(tree)
+        return leaves
+
+    try:
+        closed = jax.make_jaxpr(flat)(*args)
+    except jax.errors.ConcretizationTypeError:
+        # Python control flow on values: differentiate the call itself (correct dtypes; a narrow
+        # leaf's cotangent is then rounded to its dtype once before widening).
+        leaves, tree = jax.tree.flatten(fun(*args))
+        return leaves, lambda i: lax.convert_element_type(leaves[i], _F32), tree
+    frame = _Frame()
+    jaxpr = closed.jaxpr
+    for v, c in zip(jaxpr.constvars, closed.consts, strict=True):
+        frame.env[v] = c
+    for v, x, t in zip(jaxpr.invars, args, arg_twins, strict=True):
+        frame.env[v] = x
+        if t is not None:
+            frame.twins[v] = t
+    _run(frame, jaxpr)
+    outs = [frame.read(v) for v in jaxpr.outvars]
+    return outs, lambda i: frame.twin(jaxpr.outvars[i]), out_tree[-1]

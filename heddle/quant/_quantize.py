@@ -1,0 +1,255 @@
+"""``quantize`` and ``dequantize``: scales per tensor, per channel or per block, then element codes.
+
+Layouts. ``axis`` is the axis a scale is computed along (the reduction axis; for a weight ``W`` of
+``x @ W``, axis 0, the contraction axis):
+
+| call                               | one scale per                                   |
+|------------------------------------|-------------------------------------------------|
+| ``quantize(x, f)``                 | tensor                                          |
+| ``quantize(x, f, axis=k)``         | line along axis ``k`` (per channel of the rest) |
+| ``quantize(x, f, block_size=B)``   | ``B`` consecutive elements along the last axis  |
+| ``quantize(x, f, axis=k, block_size=B)`` | ``B`` consecutive elements along axis ``k`` |
+
+MX formats always use blocks of 32 and NF4 blocks of 64 unless told otherwise. Scales: float32
+``absmax / qmax`` for the integer, float and NF4 formats (0 for an all-zero block); for MX, OCP MX
+v1.0 section 6.3: ``2**(floor(log2(absmax)) - emax_elem)``, clamped to float8_e8m0fnu's exponents
+``[-127, 127]``. A block holding inf or NaN gets a NaN scale, so it dequantises to NaN.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+import heddle.numpy as hnp
+from heddle.policy import _dtypes as D
+from heddle.policy._errors import message
+from heddle.quant import _qarray as _packing
+from heddle.quant._formats import Format, FormatError, decode, encode, parse_format
+from heddle.quant._qarray import QArray
+
+
+def _layout(shape: tuple[int, ...], fmt: Format, axis: int | None, block: int | None):
+    """(axis from the end, block size or None for the whole axis, per-tensor?) after checks."""
+    call = f"quantize(<array of shape {shape}>, {fmt.name!r}, axis={axis}, block_size={block})"
+    if len(shape) == 0:
+        raise FormatError(
+            message(call, "a scalar has no axis to block or pack along", "Quantise x.reshape(1).")
+        )
+    if fmt.family == "mx" and block not in (None, fmt.block):
+        raise FormatError(
+            message(
+                call,
+                f"{fmt.name} is defined by the OCP MX spec with blocks of {fmt.block}",
+                f"Drop block_size, or use a scaled float format: heddle.quantize(x, "
+                f"{fmt.element!r}, block_size={block}).",
+            )
+        )
+    per_tensor = axis is None and block is None and fmt.block is None
+    block = block if block is not None else fmt.block
+    if axis is None:
+        axis = -1
+    if not -len(shape) <= axis < len(shape):
+        raise FormatError(
+            message(
+                call,
+                f"axis {axis} is out of range for an array of {len(shape)} dimensions",
+                f"Pass an axis in [{-len(shape)}, {len(shape) - 1}].",
+            )
+        )
+    axis = axis - len(shape) if axis >= 0 else axis
+    n = shape[axis]
+    if block is not None and (block < 1 or n % block):
+        raise FormatError(
+            message(
+                call,
+                f"blocks of {block} do not tile the {n} elements along axis {axis}",
+                "Pad that axis to a multiple of the block size first (heddle.numpy.pad), or pick "
+                f"a block size that divides {n}.",
+            )
+        )
+    return axis, block, per_tensor
+
+
+def _mx_scale(absmax: jax.Array, fmt: Format) -> tuple[jax.Array, jax.Array]:
+    """(float8_e8m0fnu scales, their unbiased exponents as int32)."""
+    _, e = jnp.frexp(absmax)  # absmax = m * 2**e with m in [0.5, 1): floor(log2) = e - 1
+    shared = jnp.clip(e - np.int32(1 + fmt.emax), -127, 127).astype(jnp.int32)
+    shared = jnp.where(absmax == 0, np.int32(-127), shared)
+    bits = (shared + np.int32(127)).astype(jnp.uint8)
+    bits = jnp.where(jnp.isfinite(absmax), bits, np.uint8(0xFF))  # 0xFF: e8m0 NaN
+    return lax.bitcast_convert_type(bits, jnp.dtype(fmt.scale_dtype)), shared
+
+
+def _pow2(k: jax.Array, d: np.dtype) -> jax.Array:
+    """Exact ``2.0**k`` in float32/float64 for integer arrays ``k`` within the normal range."""
+    if d == np.float64:
+        bits = (k.astype(jnp.int64) + np.int64(1023)) << np.int64(52)
+        return lax.bitcast_convert_type(bits, jnp.float64)
+    bits = (k + np.int32(127)) << np.int32(23)
+    return lax.bitcast_convert_type(bits, jnp.float32)
+
+
+def quantize(
+    x: jax.typing.ArrayLike,
+    fmt: str | jax.typing.DTypeLike,
+    *,
+    axis: int | None = None,
+    block_size: int | None = None,
+) -> QArray:
+    """Quantises ``x`` to a format: element codes times one scale per tensor, channel or block.
+
+    Formats (``heddle.quant.FORMATS``): ``int8``, ``int4`` (symmetric, codes in [-127, 127] and
+    [-7, 7]); ``float8_e4m3fn``, ``float8_e5m2``, ``float6_e2m3fn``, ``float6_e3m2fn``,
+    ``float4_e2m1fn`` (absmax scaled to the format's largest value); ``nf4`` (QLoRA's 16 normal-float
+    levels, absmax blocks of 64 by default); ``mxfp4``, ``mxfp6_e2m3``, ``mxfp6_e3m2``,
+    ``mxfp8_e4m3``, ``mxfp8_e5m2`` (OCP Microscaling: float8_e8m0fnu power-of-two scales per
+    block of 32, elements saturated). 4- and 6-bit codes are packed into uint8.
+
+    Dtypes: the values are divided by their scale in float32 (float64 for float64 input) and
+    rounded once to the element format with ``heddle.numpy.astype`` (integers: half to even).
+    Error bound: half a step of the element format at the block's scale; for MX formats, values
+    above the largest element times the scale saturate there (OCP MX), so the error is at most
+    ``absmax - qmax * scale`` for those.
+
+    Args:
+      x: a float array (float16, bfloat16, float32; float64 with ``jax_enable_x64``; float8).
+      fmt: a format name, alias (``fp8``, ``bf8``, ``fp4``, ...) or element dtype (``jnp.int8``).
+      axis: the axis each scale is computed along: per channel without ``block_size``, the axis
+        blocked with it (default: the last axis). Packing runs along this axis too.
+      block_size: elements along ``axis`` per scale; must divide that axis. MX formats: only 32.
+
+    Returns:
+      A ``QArray`` (a pytree: works under ``jax.jit``, ``vmap`` and with shardings).
+
+    Raises:
+      FormatError: an unknown format, a bad axis, or blocks that do not tile the axis.
+      TypeError: ``x`` is not a float array.
+      PrecisionError: ``x`` is float64 and ``jax_enable_x64`` is off.
+
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> import heddle.quant as hq
+      >>> w = jnp.linspace(-1.0, 1.0, 4096, dtype=jnp.float32).reshape(64, 64)
+      >>> q = hq.quantize(w, "mxfp4", axis=0)
+      >>> q.nbytes, w.nbytes  # 64*64/2 bytes of codes + 2*64 one-byte scales
+      (2176, 16384)
+      >>> float(jnp.abs(hq.dequantize(q) - w).max())  # half of fp4's step 2 at the scale 1/4
+      0.24951171875
+    """
+    f = parse_format(fmt)
+    if not isinstance(x, jax.Array):
+        x = np.asarray(x)
+    src = D.dtype(x.dtype)
+    if D.kind(src) != "f":
+        raise TypeError(
+            message(
+                f"quantize(<{src.name} array>, {f.name!r})",
+                "quantisation scales float values; integer, bool and complex arrays have no "
+                "scale to take",
+                f"Convert first: heddle.quantize(heddle.numpy.astype(x, 'float32'), {f.name!r}).",
+            )
+        )
+    D.require_available(src, "quantize")
+    ax, block, per_tensor = _layout(tuple(x.shape), f, axis, block_size)
+    return _quantize(jnp.asarray(x), f, ax, block, per_tensor)
+
+
+@functools.partial(jax.jit, static_argnums=(1, 2, 3, 4))
+def _quantize(x: jax.Array, f: Format, ax: int, block: int | None, per_tensor: bool) -> QArray:
+    cd = np.dtype(np.float64 if x.dtype == np.float64 else np.float32)
+    xc = hnp.astype(x, cd)  # exact widening
+    k = x.ndim + ax
+    n = x.shape[k]
+    b = block or n
+    xb = xc.reshape(*x.shape[:k], n // b, b, *x.shape[k + 1 :])  # blocks: no transposes
+    red = tuple(range(xb.ndim)) if per_tensor else (k + 1,)
+    absmax = jnp.max(jnp.abs(xb), axis=red, keepdims=True)  # NaN propagates
+    if f.family == "mx":
+        scales, shared = _mx_scale(absmax, f)
+        half = -shared // 2  # two exact power-of-two steps: 2**-shared may not be a normal float
+        v = xb * _pow2(half, cd) * _pow2(-shared - half, cd)
+    else:
+        s = hnp.astype(absmax / np.array(f.qmax, cd), np.float32)
+        s = jnp.where(jnp.isfinite(absmax), s, np.float32(np.nan))
+        safe = jnp.where((s == 0) | ~jnp.isfinite(s), np.float32(1), s)
+        v = xb / hnp.astype(safe, cd)
+        scales = s
+    data = encode(v, f).reshape(x.shape)
+    if f.packed:
+        data = _packing.pack(data, f.bits, k)
+    scales = scales.reshape(
+        (1,) * x.ndim if per_tensor else (*x.shape[:k], n // b, *x.shape[k + 1 :])
+    )
+    return QArray(data, scales, f.name, np.dtype(x.dtype), ax, n)
+
+
+def dequantize(q: QArray, dtype: jax.typing.DTypeLike | None = None) -> jax.Array:
+    """Returns the values a ``QArray`` stands for: element value times its block's scale.
+
+    Dtypes: the product is formed in float32 (float64 for a float64 ``dtype``) and rounded once to
+    ``dtype`` with ``heddle.numpy.astype``. For MX formats the product is exact.
+
+    Args:
+      q: a ``QArray`` from ``quantize``.
+      dtype: the result dtype (a float dtype); default: the dtype ``q`` was quantised from.
+
+    Returns:
+      An array of ``q.shape`` in ``dtype``.
+
+    Raises:
+      TypeError: ``q`` is not a ``QArray``, or ``dtype`` is not a float dtype.
+      PrecisionError: ``dtype`` is float64 and ``jax_enable_x64`` is off.
+
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> import heddle.quant as hq
+      >>> q = hq.quantize(jnp.array([0.5, -1.0, 0.25, 0.0]), "int8")
+      >>> hq.dequantize(q).tolist()
+      [0.5039370059967041, -1.0, 0.25196850299835205, 0.0]
+    """
+    if not isinstance(q, QArray):
+        raise TypeError(
+            message(
+                f"dequantize(<{type(q).__name__}>)",
+                "only a QArray made by heddle.quantize can be dequantised",
+                "Quantise first: q = heddle.quantize(x, 'int8'); heddle.dequantize(q).",
+            )
+        )
+    d = q.dtype if dtype is None else D.dtype(dtype)
+    if D.kind(d) != "f":
+        raise TypeError(
+            message(
+                f"dequantize(q, {d.name!r})",
+                "a dequantised array holds scaled float values",
+                f"Dequantise to a float dtype and convert: heddle.numpy.astype(heddle.dequantize"
+                f"(q), {d.name!r}).",
+            )
+        )
+    D.require_available(d, "dequantize")
+    return _dequantize(q, d)
+
+
+@functools.partial(jax.jit, static_argnums=(1,))
+def _dequantize(q: QArray, d: np.dtype) -> jax.Array:
+    return hnp.astype(values(q, np.dtype(np.float64 if d == np.float64 else np.float32)), d)
+
+
+def codes(q: QArray) -> jax.Array:
+    """The unpacked element codes of ``q`` (uint8 for 4/6-bit formats), in ``q``'s layout."""
+    f = q.fmt
+    return _packing.unpack(q.data, f.bits, q.length, q.axis) if f.packed else q.data
+
+
+def values(q: QArray, cd: np.dtype) -> jax.Array:
+    """Element value times scale, in ``cd`` (float32 or float64), in ``q``'s layout."""
+    el = hnp.astype(decode(codes(q), q.fmt), cd)
+    s = hnp.astype(q.scales, cd)
+    k = el.ndim + q.axis
+    g = s.shape[k]
+    blocks = el.reshape(*el.shape[:k], g, q.length // g, *el.shape[k + 1 :])
+    return (blocks * jnp.expand_dims(s, k + 1)).reshape(el.shape)

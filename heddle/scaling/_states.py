@@ -1,0 +1,144 @@
+"""Loss-scale states: plain NamedTuples of device arrays, so they jit, shard and checkpoint as-is.
+
+No configuration lives in a state (the growth interval, factors and bounds are arguments of
+``dynamic_loss_scale`` and close over its functions), so every field is a leaf and a
+``jax.jit(lambda s: s)`` round trip, a checkpoint or a ``device_put`` keeps all of them.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from heddle.policy._errors import message
+
+_F32 = jnp.float32
+_I32 = jnp.int32
+
+
+def check_scale(scale: Any, what: str) -> None:
+    """Raises ValueError for a concrete scale that is not a positive finite number."""
+    try:
+        s = float(scale)
+    except (TypeError, jax.errors.ConcretizationTypeError):
+        return  # a traced value: checked by nobody, as for any array argument under jit
+    if not (math.isfinite(s) and s > 0):
+        raise ValueError(
+            message(
+                f"{what}={scale!r}",
+                "a loss scale must be a positive finite number",
+                "Use a power of two such as 2.0**15 (unscaling by a power of two is exact).",
+            )
+        )
+
+
+class DynamicLossScale(NamedTuple):
+    """State of dynamic loss scaling: the current scale, its counters and on-device diagnostics.
+
+    Every field is a device array and a pytree leaf. Built by ``DynamicLossScale.create`` or by
+    ``dynamic_loss_scale(...).init``; read from an optimiser state with ``loss_scale_state``.
+
+    Attributes:
+      scale: float32[], the factor the loss is multiplied by (a power of two with the defaults).
+      good_steps: int32[], consecutive finite steps since the scale last grew or a step was skipped.
+      bad_steps: int32[], consecutive non-finite steps not yet answered by a backoff (hysteresis).
+      skipped: int32[], steps skipped so far (non-finite gradients).
+      since_skip: int32[], steps since the last skipped step (all steps if none was skipped).
+      nonfinite_losses: int32[], steps whose unscaled loss (the ``value`` extra argument) was not
+        finite: a genuine NaN or overflow of the model, which no loss scale can fix.
+
+    Examples:
+      >>> from heddle import scaling
+      >>> s = scaling.DynamicLossScale.create(2.0**15)
+      >>> s.scale.item(), s.scale.dtype, s.skipped.dtype
+      (32768.0, dtype('float32'), dtype('int32'))
+    """
+
+    scale: jax.Array  # float32[]
+    good_steps: jax.Array  # int32[]
+    bad_steps: jax.Array  # int32[]
+    skipped: jax.Array  # int32[]
+    since_skip: jax.Array  # int32[]
+    nonfinite_losses: jax.Array  # int32[]
+
+    @classmethod
+    def create(cls, init_scale: float = 2.0**15) -> DynamicLossScale:
+        """A fresh state with scale ``init_scale`` and zero counters.
+
+        Args:
+          init_scale: the initial scale, a positive finite number.
+
+        Returns:
+          The state, as device arrays.
+
+        Raises:
+          ValueError: ``init_scale`` is not a positive finite number.
+
+        Examples:
+          >>> from heddle import scaling
+          >>> scaling.DynamicLossScale.create(1024.0).good_steps.item()
+          0
+        """
+        check_scale(init_scale, "init_scale")
+        zero = jnp.zeros((), _I32)
+        return cls(jnp.asarray(init_scale, _F32), zero, zero, zero, zero, zero)
+
+
+class StaticLossScale(NamedTuple):
+    """A fixed loss scale (float16 training whose gradient range is known), as a pytree.
+
+    Pass it (or its ``scale``) to ``backward_scaled``; nothing adjusts it.
+
+    Attributes:
+      scale: float32[], the factor the loss is multiplied by.
+
+    Examples:
+      >>> from heddle import scaling
+      >>> scaling.StaticLossScale.create(128.0).scale.item()
+      128.0
+    """
+
+    scale: jax.Array  # float32[]
+
+    @classmethod
+    def create(cls, scale: float) -> StaticLossScale:
+        """The state for a fixed ``scale``.
+
+        Args:
+          scale: a positive finite number.
+
+        Returns:
+          The state, as a device array.
+
+        Raises:
+          ValueError: ``scale`` is not a positive finite number.
+
+        Examples:
+          >>> from heddle import scaling
+          >>> scaling.StaticLossScale.create(2.0**10).scale.dtype
+          dtype('float32')
+        """
+        check_scale(scale, "scale")
+        return cls(jnp.asarray(scale, _F32))
+
+
+class NoLossScale(NamedTuple):
+    """No loss scaling (float32 and bfloat16 training): ``scale`` is 1.
+
+    Examples:
+      >>> from heddle import scaling
+      >>> scaling.NoLossScale().scale.item()
+      1.0
+    """
+
+    @property
+    def scale(self) -> jax.Array:
+        """float32[] one."""
+        return jnp.ones((), _F32)
+
+
+LossScale = DynamicLossScale | StaticLossScale | NoLossScale
+LOSS_SCALE_TYPES = (DynamicLossScale, StaticLossScale, NoLossScale)

@@ -1,0 +1,223 @@
+"""The leaf contract of heddle.autodiff: gradient dtypes, integer leaves, the unchanged forward pass,
+JAX's signatures and structures, errors."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import pytest
+
+from heddle import autodiff
+from heddle.policy import grad_dtype
+
+F32, BF16, F16 = jnp.float32, jnp.bfloat16, jnp.float16
+
+
+def _loss(tree):
+    """Uses every leaf; integer and bool leaves enter as float32 factors (not differentiable)."""
+    total = jnp.float32(0)
+    for x in jax.tree.leaves(tree):
+        x = jnp.asarray(x)
+        if jnp.issubdtype(x.dtype, jnp.complexfloating):
+            total = total + jnp.real(jnp.sum(x * jnp.conj(x))).astype(F32)
+        else:
+            total = total + jnp.sum(x.astype(F32) * x.astype(F32))
+    return total
+
+
+def _mixed_tree():
+    return {
+        "bf16": jnp.array([1.5, -2.0], BF16),
+        "f16": jnp.array([[0.25]], F16),
+        "f32": jnp.array([3.0], F32),
+        "fp8": jnp.array([0.5, 1.0, -4.0], ml_dtypes.float8_e4m3fn),
+        "e5m2": jnp.array([2.0], ml_dtypes.float8_e5m2),
+        "i32": jnp.array([1, 2, 3], jnp.int32),
+        "i8": jnp.array([[7]], jnp.int8),
+        "bool": jnp.array([True, False]),
+        "py_int": 3,
+        "py_bool": True,
+        "nested": [jnp.zeros((2, 2), BF16), (jnp.int32(5), jnp.ones(4, F32))],
+    }
+
+
+def _expected_dtype(x):
+    d = np.asarray(x).dtype if not isinstance(x, bool | int) else np.dtype("int32")
+    return np.dtype(grad_dtype(d))
+
+
+def _check_dtypes_and_values(tree, grads):
+    leaves, gleaves = jax.tree.leaves(tree), jax.tree.leaves(grads)
+    assert jax.tree.structure(tree) == jax.tree.structure(grads)
+    for x, g in zip(leaves, gleaves, strict=True):
+        assert g.dtype == _expected_dtype(x), (x, g.dtype)
+        assert g.shape == np.shape(x)
+        d = np.asarray(x).dtype
+        if d.kind in "biu":
+            assert not np.asarray(g).any()  # zero float32 gradient of the leaf's shape
+        else:  # d/dx sum(x*x) = 2x, exact for these values
+            np.testing.assert_array_equal(np.asarray(g), 2 * np.asarray(x, np.float32))
+
+
+def test_grad_dtypes_of_a_mixed_pytree(transform):
+    tree = _mixed_tree()
+    _check_dtypes_and_values(tree, transform(autodiff.grad(_loss))(tree))
+
+
+def test_value_and_grad_and_vjp_dtypes(transform):
+    tree = _mixed_tree()
+    value, grads = transform(autodiff.value_and_grad(_loss))(tree)
+    assert value.dtype == F32 and value.item() == _loss(tree).item()
+    _check_dtypes_and_values(tree, grads)
+    _, pullback = autodiff.vjp(_loss, tree)
+    (ct,) = transform(pullback)(jnp.float32(1))
+    _check_dtypes_and_values(tree, ct)
+
+
+def test_x64_leaves_keep_float64_and_complex():
+    with jax.enable_x64(True):
+        tree = {
+            "f64": jnp.array([1.0, 2.0], jnp.float64),
+            "bf16": jnp.array([1.0], BF16),
+            "i64": jnp.array([4], jnp.int64),
+            "c64": jnp.array([1 + 2j], jnp.complex64),
+            "c128": jnp.array([3 - 1j], jnp.complex128),
+        }
+        for fn in (autodiff.grad(_loss), jax.jit(autodiff.grad(_loss))):
+            g = fn(tree)
+            assert g["f64"].dtype == jnp.float64 and g["bf16"].dtype == F32
+            assert g["i64"].dtype == F32 and g["c64"].dtype == jnp.complex64
+            assert g["c128"].dtype == jnp.complex128
+            np.testing.assert_array_equal(np.asarray(g["f64"]), [2.0, 4.0])
+            # JAX's convention for a real function of a complex input: conj(d|z|^2/dz) = 2 conj(z).
+            np.testing.assert_array_equal(np.asarray(g["c128"]), [6 + 2j])
+
+
+def test_forward_is_bit_for_bit_unchanged(transform):
+    """value_and_grad's and vjp's values equal the function's own outputs, bit for bit."""
+    rng = np.random.default_rng(0)
+    x = jnp.asarray(rng.standard_normal((32, 16)), F32).astype(BF16)
+    w = jnp.asarray(rng.standard_normal((16, 8)), F32).astype(BF16)
+
+    def f(w, x):
+        y = jax.lax.dot_general(x, w, (((1,), (0,)), ((), ())), preferred_element_type=F32)
+        h = jnp.tanh(y.astype(BF16).astype(F32)).astype(BF16)
+        return (h.astype(F32) * h.astype(F32)).sum().astype(BF16), h
+
+    value, _ = transform(autodiff.value_and_grad(f, has_aux=True))(w, x)
+    ref_value, ref_h = transform(f)(w, x)
+    assert value[0].dtype == BF16 and value[0].tobytes() == ref_value.tobytes()
+    assert value[1].tobytes() == ref_h.tobytes()
+    out, _ = autodiff.vjp(lambda w: f(w, x)[1], w)
+    assert out.dtype == BF16 and out.tobytes() == f(w, x)[1].tobytes()
+
+
+def test_argnums_structures_match_jax(transform):
+    def f(a, b, c):
+        return (a.astype(F32) * b.astype(F32) * c).sum()
+
+    a, b, c = jnp.ones(3, BF16), jnp.full(3, 2.0, F16), jnp.float32(3.0)
+    for argnums in (0, 1, (0, 2), (2, 0), [1], -1, (-3, 1)):
+        ours = transform(autodiff.grad(f, argnums=argnums))(a, b, c)
+        theirs = jax.grad(lambda a, b, c: f(a.astype(F32), b.astype(F32), c), argnums=argnums)(
+            a.astype(F32), b.astype(F32), c
+        )
+        assert jax.tree.structure(ours) == jax.tree.structure(theirs)
+        for x, y in zip(jax.tree.leaves(ours), jax.tree.leaves(theirs), strict=True):
+            assert x.dtype == F32
+            np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
+def test_has_aux_and_kwargs_and_static_arguments(transform):
+    def f(w, tag, *, scale):
+        assert tag == "static"  # a non-array argument stays a Python object
+        y = (w.astype(F32) * scale).sum()
+        return y, {"y": y, "n": 3}
+
+    w = jnp.arange(4).astype(BF16)
+    g, aux = autodiff.grad(f, has_aux=True)(w, "static", scale=2.0)
+    assert g.dtype == F32 and g.tolist() == [2.0] * 4 and aux["n"] == 3
+    (v, aux), g = autodiff.value_and_grad(f, has_aux=True)(w, "static", scale=2.0)
+    assert v.item() == 12.0 and aux["y"].item() == 12.0
+
+
+def test_python_control_flow_on_values_still_differentiates():
+    def f(x):
+        return (x.astype(F32) ** 2).sum() if x[0] > 0 else -x.astype(F32).sum()
+
+    x = jnp.array([1.0, 2.0], BF16)
+    g = autodiff.grad(f)(x)
+    assert g.dtype == F32 and g.tolist() == [2.0, 4.0]
+    assert autodiff.grad(f)(-x).tolist() == [-1.0, -1.0]
+
+
+def test_closure_over_outer_tracers_and_vmap():
+    xs = jnp.arange(6).reshape(3, 2).astype(BF16)
+    w = jnp.array([1.0, -1.0], BF16)
+
+    def per_example(x):
+        return autodiff.grad(lambda w: (w.astype(F32) * x.astype(F32)).sum() ** 2)(w)
+
+    g = jax.vmap(per_example)(xs)
+    ref = np.stack(
+        [
+            2 * (np.asarray(w, np.float32) @ np.asarray(r, np.float32)) * np.asarray(r, np.float32)
+            for r in xs
+        ]
+    )
+    assert g.dtype == F32 and np.array_equal(np.asarray(g), ref)
+    g2 = jax.jit(jax.vmap(per_example))(xs)
+    assert np.array_equal(np.asarray(g2), ref)
+
+
+def test_nested_heddle_and_jax_transforms():
+    x = jnp.array([0.5, 1.5], BF16)
+    f = lambda x: (x.astype(F32) ** 3).sum()
+    gg = autodiff.grad(lambda x: autodiff.grad(f)(x).sum())(x)
+    assert gg.dtype == F32 and gg.tolist() == [3.0, 9.0]  # d/dx sum(3x^2) = 6x
+
+
+@pytest.mark.parametrize(
+    ("argnums", "fragment"),
+    [
+        (2, "needs at least 3 positional arguments"),
+        (-3, "needs at least 3"),
+        ("0", "must be an int"),
+    ],
+)
+def test_bad_argnums(argnums, fragment):
+    f = lambda a, b: (a * b).sum()
+    with pytest.raises(TypeError, match=fragment) as info:
+        autodiff.grad(f, argnums=argnums)(jnp.ones(2), jnp.ones(2))
+    assert "change argnums" in str(info.value) or "argnums=(0, 1)" in str(info.value)
+    autodiff.grad(f, argnums=1)(jnp.ones(2), jnp.ones(2))  # the fix
+
+
+def test_has_aux_needs_a_pair():
+    with pytest.raises(TypeError, match=r"must return a \(value, aux\) pair") as info:
+        autodiff.grad(lambda x: x.sum(), has_aux=True)(jnp.ones(2))
+    assert "has_aux=False" in str(info.value)
+    autodiff.grad(lambda x: x.sum(), has_aux=False)(jnp.ones(2))  # the fix
+
+
+def test_jax_errors_pass_through():
+    with pytest.raises(TypeError, match="scalar-output"):
+        autodiff.grad(lambda x: x)(jnp.ones(2, BF16))
+    with pytest.raises(TypeError, match="real-valued outputs"):
+        autodiff.grad(lambda x: jnp.sum(x).astype(jnp.int32))(jnp.ones(2, BF16))
+
+
+def test_vjp_cotangent_of_a_narrow_output_in_either_dtype():
+    x = jnp.array([1.0, 2.0, 3.0], BF16)
+    out, pullback = autodiff.vjp(lambda x: (x.astype(F32) * 3).astype(BF16), x)
+    assert out.dtype == BF16
+    for ct in (jnp.ones(3, BF16), jnp.ones(3, F32)):
+        (g,) = pullback(ct)
+        assert g.dtype == F32 and g.tolist() == [3.0] * 3
+    # A float32 cotangent of a bfloat16 output is rounded once, at the op that produced it.
+    (g,) = pullback(jnp.full(3, 1 + 2.0**-7, F32))
+    assert g.tolist() == [3 * (1 + 2.0**-7)] * 3
+    (g,) = pullback(jnp.full(3, 1 + 2.0**-12, F32))
+    assert g.tolist() == [3.0] * 3

@@ -1,0 +1,224 @@
+"""GPU checks (``pytest -m gpu``): heddle's guarantees on an NVIDIA GPU's own arithmetic.
+
+Each ``gpu`` test runs on the first GPU JAX sees and skips cleanly without one. Set
+``HEDDLE_GPU_TESTS_ON_CPU=1`` to run them on the CPU instead (to check the tests themselves on a
+machine without a GPU; ``bash benchmarks/gpu.sh --dry-run`` does). References are exact: Python
+``Fraction`` sums, float64 products of narrow values, and the formats' own values from ml_dtypes.
+
+The tests not marked ``gpu`` check that ``benchmarks/bench_gpu.py`` and ``benchmarks/gpu.sh`` behave
+on a machine without a GPU.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import pathlib
+import subprocess
+import sys
+from fractions import Fraction
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import optax
+import pytest
+
+import heddle
+import heddle.lax as hlax
+import heddle.nn as hnn
+import heddle.numpy as hnp
+from heddle import autodiff, scaling
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+ON_CPU = os.environ.get("HEDDLE_GPU_TESTS_ON_CPU") == "1"
+
+
+def gpu() -> jax.Device | None:
+    try:
+        return jax.devices("gpu")[0]
+    except RuntimeError:
+        return None
+
+
+@pytest.fixture
+def device():
+    """The GPU (or, with HEDDLE_GPU_TESTS_ON_CPU=1 and no GPU, the CPU), as JAX's default device."""
+    d = gpu()
+    if d is None:
+        if not ON_CPU:
+            pytest.skip(
+                "no GPU: JAX sees no NVIDIA GPU (HEDDLE_GPU_TESTS_ON_CPU=1 runs this on CPU)"
+            )
+        d = jax.devices("cpu")[0]
+    with jax.default_device(d):
+        yield d
+
+
+def nearest(value: Fraction, dtype) -> float:
+    """The value of ``dtype`` nearest ``value``, ties to even, chosen by exact comparison."""
+    dtype = np.dtype(dtype)
+    guess = np.array([float(value)]).astype(np.float32).astype(dtype)
+    bits = guess.view(np.uint16).astype(np.int64)[0]
+    candidates = np.array([bits - 1, bits, bits + 1], np.uint16).view(dtype)
+    finite = [c for c in candidates if np.isfinite(np.float64(c))]
+    best = min(finite, key=lambda c: (abs(Fraction(float(c)) - value), int(c.view(np.uint16)) & 1))
+    return float(best)
+
+
+def on(x, device) -> jax.Array:
+    return jax.device_put(x, device)
+
+
+# ---- accumulation ------------------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [jnp.float16, jnp.bfloat16], ids=["float16", "bfloat16"])
+def test_sums_of_100k_tenths_round_once(device, dtype):
+    x = on(jnp.full(100_000, 0.1, dtype), device)
+    want = nearest(100_000 * Fraction(float(x[0])), dtype)
+    got = jax.jit(lambda v: [hnp.sum(v), hnp.cumsum(v)[-1], hlax.reduce_sum(v, (0,))])(x)
+    assert [float(g) for g in got] == [want] * 3
+    assert all(g.dtype == dtype for g in got)
+
+
+@pytest.mark.gpu
+def test_bfloat16_matmul_long_inner_dimension_within_one_rounding(device):
+    rng = np.random.default_rng(0)
+    k = 2**16
+    a = rng.random((4, k)).astype(ml_dtypes.bfloat16)
+    b = rng.random((k, 4)).astype(ml_dtypes.bfloat16)
+    exact = a.astype(np.float64) @ b.astype(np.float64)  # products exact; 2**16 terms of 16 bits
+    got = jax.jit(hnp.matmul)(on(a, device), on(b, device))
+    assert got.dtype == jnp.bfloat16
+    rel = np.abs(np.asarray(got, np.float64) - exact) / exact
+    assert rel.max() <= 2.0**-8 * 1.01, rel.max()  # one rounding to bfloat16 (unit roundoff 2**-8)
+
+
+@pytest.mark.gpu
+def test_float32_matmul_runs_at_full_float32_precision(device):
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((512, 2048)).astype(np.float32)
+    b = rng.standard_normal((2048, 512)).astype(np.float32)
+    exact = a.astype(np.float64) @ b.astype(np.float64)
+    got = np.asarray(jax.jit(hnp.matmul)(on(a, device), on(b, device)), np.float64)
+    err = np.abs(got - exact).max() / np.abs(exact).max()
+    assert err < 2e-5, err  # float32 sums: about 2e-6; inputs rounded to TF32 give 3.3e-4
+
+
+@pytest.mark.gpu
+def test_float16_softmax_and_logsumexp_of_100k_zeros(device):
+    z = on(jnp.zeros(100_000, jnp.float16), device)
+    soft, lse = jax.jit(lambda v: (hnn.softmax(v), hnn.logsumexp(v)))(z)
+    assert soft.dtype == lse.dtype == jnp.float16
+    assert np.all(np.asarray(soft, np.float64) == nearest(Fraction(1, 100_000), np.float16))
+    assert float(lse) == nearest(Fraction(math.log(100_000)), np.float16) == 11.515625
+
+
+# ---- gradients and loss scaling ----------------------------------------------------------------
+
+
+@pytest.mark.gpu
+def test_bias_gradient_over_65536_rows_is_exact_and_float32(device):
+    x = on(jnp.ones((65_536, 1), jnp.bfloat16).at[:62].set(0), device)
+    b = on(jnp.zeros((1,), jnp.bfloat16), device)
+    g = jax.jit(autodiff.grad(lambda b, x: hnp.sum(hnp.multiply(hnp.add(x, b), x))))(b, x)
+    assert g.dtype == jnp.float32 and float(g[0]) == 65_474.0
+
+
+@pytest.mark.gpu
+def test_dynamic_loss_scale_skips_a_nonfinite_step_on_device(device):
+    opt = scaling.dynamic_loss_scale(optax.sgd(0.1), init_scale=2.0**10, growth_interval=2)
+    params = {"w": on(jnp.ones(3, jnp.float32), device)}
+    state = opt.init(params)
+
+    @jax.jit
+    def step(params, state, g):
+        updates, state = opt.update({"w": g}, state, params)
+        return optax.apply_updates(params, updates), state
+
+    bad = on(jnp.array([1.0, jnp.inf, 0.0], jnp.float32), device)
+    p1, s1 = step(params, state, bad)
+    assert np.array_equal(np.asarray(p1["w"]), np.ones(3, np.float32))
+    assert float(scaling.loss_scale(s1)) == 2.0**9
+    good = on(jnp.ones(3, jnp.float32), device)
+    p2, s2 = step(p1, s1, good)
+    p3, s3 = step(p2, s2, good)
+    assert np.allclose(np.asarray(p3["w"]), 1 - 2 * 0.1)
+    assert float(scaling.loss_scale(s3)) == 2.0**10  # doubled after two finite steps
+
+
+# ---- casts round once, on the device's own arithmetic -------------------------------------------
+
+CASES = [  # (value, numpy source dtype, target, correctly rounded result)
+    (1 + 2**-8 + 2**-30, np.float64, jnp.bfloat16, 1 + 2**-7),
+    (1 + 2**-11 + 2**-30, np.float64, jnp.float16, 1 + 2**-10),
+    (2**24 + 2**16 + 1, np.int32, jnp.bfloat16, 2**24 + 2**17),
+    (1 + 2**-4 + 2**-30, np.float64, jnp.float8_e4m3fn, 1.125),
+    (2.0**-133, np.float64, jnp.bfloat16, 2.0**-133),  # the smallest bfloat16 subnormal
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("value, src, dst, want", CASES, ids=lambda v: getattr(v, "__name__", None))
+def test_casts_round_once(device, value, src, dst, want):
+    with jax.enable_x64(True):
+        x = on(jnp.asarray(np.array([value, -value]).astype(src)), device)
+        got = jax.jit(lambda a: heddle.astype(a, dst))(x)
+        assert got.dtype == dst
+        assert [float(v) for v in np.asarray(got).astype(np.float64)] == [want, -want]
+
+
+@pytest.mark.gpu
+def test_float32_subnormals_survive_a_cast_to_bfloat16(device):
+    tiny = np.array([1e-40, -(2.0**-130), 3 * 2.0**-133, 2.0**-134], np.float32)  # subnormals
+    want = tiny.astype(ml_dtypes.bfloat16)  # ml_dtypes rounds float32 -> bfloat16 once, on the host
+    got = jax.jit(lambda a: heddle.astype(a, jnp.bfloat16))(on(tiny, device))
+    assert np.array_equal(np.asarray(got).view(np.uint16), want.view(np.uint16))
+    assert np.all(np.asarray(got, np.float32)[:3] != 0)  # 2**-134 ties to even: 0
+
+
+@pytest.mark.gpu
+def test_the_device_is_a_gpu_unless_asked_to_run_on_cpu(device):
+    assert device.platform == ("cpu" if ON_CPU and gpu() is None else "gpu")
+
+
+# ---- the GPU scripts without a GPU (not marked gpu: these run everywhere) -----------------------
+
+
+def _run(args: list[str], env: dict[str, str] | None = None, timeout: int = 600):
+    full = {**os.environ, "JAX_PLATFORMS": "cpu", **(env or {})}
+    return subprocess.run(args, cwd=ROOT, env=full, capture_output=True, text=True, timeout=timeout)
+
+
+def test_bench_gpu_without_a_gpu_says_skipped_and_exits_0():
+    r = _run([sys.executable, "benchmarks/bench_gpu.py"])
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.startswith("no GPU: skipped")
+
+
+def test_bench_gpu_dry_run_runs_every_benchmark_on_cpu(tmp_path):
+    out = tmp_path / "gpu.md"
+    r = _run([sys.executable, "benchmarks/bench_gpu.py", "--dry-run", "--out", str(out)])
+    assert r.returncode == 0, r.stderr[-3000:]
+    text = out.read_text()
+    assert "dry run" in text
+    for section in ("1. bfloat16 reduction", "2. bfloat16 matmul", "3. float32 matmul",
+                    "4. Training steps"):  # fmt: skip
+        assert f"## {section}" in text, section
+    for row in ("heddle.numpy.sum (all)", "float32 |", "bfloat16 |", "float16 + loss scaling |"):
+        assert row in text, row
+    assert (
+        not (ROOT / "benchmarks" / "RESULTS-gpu.md")
+        .read_text()
+        .startswith("# GPU benchmark results (dry run")
+    )  # a dry run never overwrites the recorded results
+
+
+def test_gpu_sh_is_valid_bash_and_refuses_to_run_without_a_gpu():
+    assert subprocess.run(["bash", "-n", "benchmarks/gpu.sh"], cwd=ROOT).returncode == 0
+    r = _run(["bash", "benchmarks/gpu.sh"], env={"PYTHON": sys.executable})
+    assert r.returncode == 1
+    assert "no NVIDIA GPU" in r.stdout + r.stderr and "--dry-run" in r.stdout + r.stderr
