@@ -34,7 +34,7 @@ def test_scalar_out_of_range_through_ops(transform, dtype, scalar, error):
     with pytest.raises(error) as e:
         transform(hnp.add)(x, scalar) if transform is not jax.jit else hnp.add(x, scalar)
     msg = str(e.value)
-    assert np.dtype(dtype).name in msg and repr(scalar) in msg or str(scalar) in msg
+    assert (np.dtype(dtype).name in msg and repr(scalar) in msg) or str(scalar) in msg
     assert isinstance(e.value, OverflowError) and isinstance(e.value, policy.PolicyError)
     fix = policy.dtype(_suggested_dtype(msg))
     with jax.enable_x64(fix.itemsize == 8):  # the fix the message names works
