@@ -506,23 +506,5 @@ def astype(
         x = jnp.asarray(x)
     elif _is_64(np.dtype(x.dtype)) and not x64_enabled() and not isinstance(x, jax.core.Tracer):
         return jnp.asarray(_cast(_NumPy, np.asarray(x), dst, saturate))
-    src = parse_dtype(x.dtype)
-    if kind(src) in "fc" and kind(dst) in "fc":
-        return _differentiable_cast(x, dst, saturate)
+    parse_dtype(x.dtype)
     return _cast(_Jax, x, dst, saturate)
-
-
-@functools.partial(jax.custom_jvp, nondiff_argnums=(1, 2))
-def _differentiable_cast(x: Any, dst: np.dtype, saturate: bool) -> Any:
-    """The float cast, with the derivative of a plain conversion.
-
-    The bit-exact paths are built from integer operations, which JAX differentiates as constants;
-    the rounding's derivative is taken to be 1 (as for ``lax.convert_element_type``).
-    """
-    return _cast(_Jax, x, dst, saturate)
-
-
-@_differentiable_cast.defjvp
-def _differentiable_cast_jvp(dst: np.dtype, saturate: bool, primals: tuple, tangents: tuple) -> tuple:
-    (x,), (t,) = primals, tangents
-    return _differentiable_cast(x, dst, saturate), lax.convert_element_type(t, dst)
