@@ -73,3 +73,14 @@ def _fmt(c: Any) -> str:
     if isinstance(c, float):
         return f"{c:.3g}"
     return str(c)
+
+
+def update_doc(path: str, text: str, marker: str) -> None:
+    """Replaces the text between ``<!-- {marker}:begin -->`` and ``<!-- {marker}:end -->`` in ``path``."""
+    with open(path, encoding="utf-8") as f:
+        doc = f.read()
+    begin, end = f"<!-- {marker}:begin -->", f"<!-- {marker}:end -->"
+    head, rest = doc.split(begin)
+    _, tail = rest.split(end)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(head + begin + "\n" + text + end + tail)

@@ -21,9 +21,10 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import jax
 import ml_dtypes
 import numpy as np
+from _harness import update_doc
 from jax import lax
 
-from heddle.policy._casts import astype, route
+from heddle.policy._casts import astype, path_name
 
 CASES = (  # source, target, largest acceptable ratio
     ("float32", "bfloat16", 1.05),
@@ -89,7 +90,7 @@ def run(log2_n: int = 24, repeats: int = 21) -> list[tuple]:
                 (
                     src,
                     dst,
-                    route(_dtype(src), d),
+                    path_name(_dtype(src), d),
                     same,
                     statistics.median(t_xla),
                     statistics.median(t_ours),
@@ -99,17 +100,6 @@ def run(log2_n: int = 24, repeats: int = 21) -> list[tuple]:
             )
             del x
     return rows
-
-
-def update_doc(path: str, text: str, marker: str = "bench_casts") -> None:
-    """Replaces the text between ``<!-- {marker}:begin -->`` and ``<!-- {marker}:end -->``."""
-    with open(path, encoding="utf-8") as f:
-        doc = f.read()
-    begin, end = f"<!-- {marker}:begin -->", f"<!-- {marker}:end -->"
-    head, rest = doc.split(begin)
-    _, tail = rest.split(end)
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(head + begin + "\n" + text + end + tail)
 
 
 def main() -> None:
@@ -141,7 +131,7 @@ def main() -> None:
     text = "\n".join(lines) + "\n"
     print(text)
     if args.update:
-        update_doc(args.update, text)
+        update_doc(args.update, text, "bench_casts")
 
 
 if __name__ == "__main__":

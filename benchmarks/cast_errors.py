@@ -32,9 +32,10 @@ import _reference as ref  # noqa: E402
 import jax  # noqa: E402
 import ml_dtypes  # noqa: E402
 import numpy as np  # noqa: E402
+from _harness import update_doc  # noqa: E402
 from jax import lax  # noqa: E402
 
-from heddle.policy._casts import astype, route  # noqa: E402
+from heddle.policy._casts import astype, path_name  # noqa: E402
 from heddle.policy._dtypes import DTYPES, kind  # noqa: E402
 
 REAL = [d for d in DTYPES if kind(d) != "c"]
@@ -87,22 +88,11 @@ def count(log2_random: int) -> tuple[list[tuple], int]:
                         int(ref.mismatches(np.asarray(got_xla), want).sum()),
                         n_ml,
                         int(ref.mismatches(np.asarray(got_ours), want).sum()),
-                        route(s, d),
+                        path_name(s, d),
                     )
                 )
             print(f"  {s.name}: {len(x)} values", file=sys.stderr, flush=True)
     return rows, values
-
-
-def update_doc(path: str, text: str, marker: str = "cast_errors") -> None:
-    """Replaces the text between ``<!-- {marker}:begin -->`` and ``<!-- {marker}:end -->``."""
-    with open(path, encoding="utf-8") as f:
-        doc = f.read()
-    begin, end = f"<!-- {marker}:begin -->", f"<!-- {marker}:end -->"
-    head, rest = doc.split(begin)
-    _, tail = rest.split(end)
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(head + begin + "\n" + text + end + tail)
 
 
 def main() -> None:
@@ -138,7 +128,7 @@ def main() -> None:
     text = "\n".join(lines) + "\n"
     print(text)
     if args.update:
-        update_doc(args.update, text)
+        update_doc(args.update, text, "cast_errors")
 
 
 if __name__ == "__main__":

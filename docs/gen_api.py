@@ -14,16 +14,17 @@ from __future__ import annotations
 
 import enum
 import importlib
-import importlib.util
 import inspect
 import pathlib
 import re
+import runpy
 import sys
 import types
 import typing
 from typing import Any
 
 PAGE = pathlib.Path(__file__).with_name("api.md")
+_docgen = types.SimpleNamespace(**runpy.run_path(str(PAGE.with_name("_docgen.py"))))
 
 FULL = ("heddle", "heddle.policy", "heddle.autodiff", "heddle.scaling", "heddle.quant")
 """Namespaces whose every public name is documented with its signature and docstring."""
@@ -182,54 +183,6 @@ def _kind(obj: Any) -> str:
     return "data"
 
 
-def _data_doc(module_name: str, name: str) -> str | None:
-    """The attribute docstring of a data name (a string literal right after its assignment)."""
-    import ast
-
-    seen: set[str] = set()
-    todo = [(module_name, name)]
-    while todo:
-        modname, attr = todo.pop()
-        if modname in seen:
-            continue
-        seen.add(modname)
-        spec = importlib.util.find_spec(modname)
-        if spec is None or not spec.origin or not spec.origin.endswith(".py"):
-            continue
-        body = ast.parse(pathlib.Path(spec.origin).read_text()).body
-        for i, node in enumerate(body):
-            targets: list[str] = []
-            if isinstance(node, ast.Assign):
-                targets = [t.id for t in node.targets if isinstance(t, ast.Name)]
-            elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
-                targets = [node.target.id]
-            if attr in targets and i + 1 < len(body):
-                nxt = body[i + 1]
-                if isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant):
-                    if isinstance(nxt.value.value, str):
-                        return nxt.value.value
-            if (
-                isinstance(node, ast.ImportFrom)
-                and node.module
-                and node.module.startswith("heddle")
-            ):
-                todo += [(node.module, a.name) for a in node.names if (a.asname or a.name) == attr]
-    return None
-
-
-def _members(cls: type) -> list[tuple[str, Any]]:
-    """Public methods and properties a heddle class defines itself."""
-    out = []
-    for attr, value in vars(cls).items():
-        if attr.startswith("_"):
-            continue
-        if isinstance(value, (staticmethod, classmethod)):
-            value = value.__func__
-        if inspect.isfunction(value) or isinstance(value, property):
-            out.append((attr, value))
-    return out
-
-
 def _summary(doc: str | None) -> str:
     if not doc or not doc.strip():
         return "*(no docstring)*"
@@ -256,7 +209,7 @@ def render_full(module_name: str, module: types.ModuleType) -> list[str]:
             out += [f"### `{qual}`", "", f"Module: {_summary(obj.__doc__)}", ""]
             continue
         if kind == "data":
-            doc = _data_doc(module_name, name)
+            doc = _docgen.attribute_doc(module_name, name)
             out += [f"### `{qual}`", "", f"*data* ({type(obj).__name__})", ""]
             out += [docstring_markdown(doc), ""]
             continue
@@ -272,7 +225,7 @@ def render_full(module_name: str, module: types.ModuleType) -> list[str]:
             values = ", ".join(f"`{m.name}` ({m.value!r})" for m in obj)
             out += [f"Members: {values}.", ""]
         elif inspect.isclass(obj) and obj.__module__.startswith("heddle"):
-            members = _members(obj)
+            members = _docgen.members(obj)
             if members:
                 out += ["Members:", ""]
                 for attr, value in members:
@@ -469,12 +422,7 @@ def render() -> str:
 
 def main() -> int:
     """Rewrites docs/api.md; prints whether it changed."""
-    new = render()
-    old = PAGE.read_text() if PAGE.exists() else ""
-    if new != old:
-        PAGE.write_text(new)
-    print(f"{PAGE}: {'updated' if new != old else 'up to date'}")
-    return 0
+    return _docgen.write_page(PAGE, render())
 
 
 if __name__ == "__main__":

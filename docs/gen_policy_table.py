@@ -6,11 +6,14 @@ Run ``python docs/gen_policy_table.py`` after changing the lattice; a test fails
 from __future__ import annotations
 
 import pathlib
+import runpy
 import sys
+import types
 
 BEGIN = "<!-- BEGIN GENERATED: heddle.policy.table(fmt='markdown') -->"
 END = "<!-- END GENERATED -->"
 PAGE = pathlib.Path(__file__).with_name("policy.md")
+_docgen = types.SimpleNamespace(**runpy.run_path(str(PAGE.with_name("_docgen.py"))))
 
 
 def render(text: str) -> str:
@@ -37,12 +40,7 @@ def render(text: str) -> str:
 
 def main() -> int:
     """Rewrites docs/policy.md in place; prints whether it changed."""
-    old = PAGE.read_text()
-    new = render(old)
-    if new != old:
-        PAGE.write_text(new)
-    print(f"{PAGE}: {'updated' if new != old else 'up to date'}")
-    return 0
+    return _docgen.write_page(PAGE, render(PAGE.read_text()))
 
 
 if __name__ == "__main__":

@@ -18,6 +18,8 @@ import re
 import sys
 from typing import Any
 
+from heddle._cli_common import usage_error
+
 _SPEC = re.compile(r"^\s*([A-Za-z0-9_]+)\s*(?:\[\s*([^\]]*?)\s*\])?\s*$")
 _USAGE = "Write each argument as DTYPE[D0,D1,...], e.g. bf16[128,784], or f32[] for a scalar"
 
@@ -167,8 +169,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         fn = load_target(args.target)
     except UsageError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        return usage_error(str(e))
     specs = args.args or []
     try:
         report = audit(
@@ -180,18 +181,15 @@ def run(args: argparse.Namespace) -> int:
     except Exception as e:
         shown = " ".join(repr(_spec_text(s)) for s in specs) or "(none)"
         last = str(e).strip().splitlines()[-1].rstrip(".") if str(e).strip() else ""
-        print(
-            "error: "
-            + message(
+        return usage_error(
+            message(
                 f"audit {args.target} --args {shown}",
                 f"tracing it failed with {type(e).__name__}: {last}",
                 "Give one --args spec per positional argument, in order, with the shapes and "
                 "dtypes the function expects; run the function once on such arrays to see the "
                 "full traceback",
-            ),
-            file=sys.stderr,
+            )
         )
-        return 2
     fail_on = KINDS if args.fail_on is None else tuple(k for k in args.fail_on if k != "none")
     if args.json:
         print(json.dumps(report.to_dict(), indent=2))

@@ -15,6 +15,8 @@ import time
 from collections.abc import Sequence
 from typing import Any, TextIO
 
+from heddle._cli_common import usage_error
+
 _BAR = 24
 
 
@@ -185,26 +187,21 @@ def run(args: argparse.Namespace) -> int:
     regimes = [r.strip() for r in args.regimes.split(",") if r.strip()]
     unknown = [r for r in regimes if r not in demo.REGIMES]
     if unknown or not regimes:
-        print(
-            f"error: demo --regimes {args.regimes!r}: unknown regime {', '.join(unknown) or '(none)'}."
-            f" Use a comma-separated list of: {','.join(demo.REGIMES)}",
-            file=sys.stderr,
+        return usage_error(
+            f"demo --regimes {args.regimes!r}: unknown regime {', '.join(unknown) or '(none)'}."
+            f" Use a comma-separated list of: {','.join(demo.REGIMES)}"
         )
-        return 2
     if args.steps < 1:
-        print(
-            f"error: demo --steps {args.steps}: need at least 1 step. Use e.g. --steps 2000",
-            file=sys.stderr,
+        return usage_error(
+            f"demo --steps {args.steps}: need at least 1 step. Use e.g. --steps 2000"
         )
-        return 2
     cfg = demo.Config(steps=args.steps, seed=args.seed)
     backends = demo.BACKENDS if args.backends == "both" else (args.backends,)
     start = time.perf_counter()
     try:
         results = demo.run(cfg, regimes, backends, progress=Progress())
     except ImportError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        return usage_error(str(e))
     print(format_table(results))
     print()
     for name in regimes:
@@ -226,20 +223,19 @@ def run(args: argparse.Namespace) -> int:
 def add_demo_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Registers the ``demo`` subcommand on ``subparsers`` (from ``add_subparsers``).
 
-        Args:
-          subparsers: the object ``ArgumentParser.add_subparsers()`` returned.
+    Args:
+      subparsers: the object ``ArgumentParser.add_subparsers()`` returned.
 
-        Returns:
-          The subcommand's parser; its defaults set ``run`` to the function that executes it.
+    Returns:
+      The subcommand's parser; its defaults set ``run`` to the function that executes it.
 
-        Examples:
-          >>> import argparse
-    import math
-          >>> from heddle._cli_demo import add_demo_parser
-          >>> parser = argparse.ArgumentParser(prog="python -m heddle")
-          >>> _ = add_demo_parser(parser.add_subparsers(dest="command"))
-          >>> parser.parse_args(["demo", "--steps", "50"]).steps
-          50
+    Examples:
+      >>> import argparse
+      >>> from heddle._cli_demo import add_demo_parser
+      >>> parser = argparse.ArgumentParser(prog="python -m heddle")
+      >>> _ = add_demo_parser(parser.add_subparsers(dest="command"))
+      >>> parser.parse_args(["demo", "--steps", "50"]).steps
+      50
     """
     from heddle.demo import REGIMES, Config
 

@@ -176,22 +176,19 @@ def test_missing_attribute_lists_the_callables(project, capsys, monkeypatch):
     assert "model.py has no attribute 'los'" in err and "broken, clean, loss, mixed, rounded" in err
 
 
-def test_not_a_function(project, capsys, monkeypatch):
+@pytest.mark.parametrize(
+    ("target", "expected"),
+    [
+        ("model.py:RATE", "RATE is a float, not a function"),
+        ("model.loss", "package.module:function"),
+        ("nofile.py:loss", "no such file: nofile.py"),
+    ],
+    ids=["not_a_function", "target_without_colon", "missing_file"],
+)
+def test_bad_target_is_a_usage_error(project, capsys, monkeypatch, target, expected):
     monkeypatch.chdir(project)
-    code, _, err = _run(["model.py:RATE"], capsys)
-    assert code == 2 and "RATE is a float, not a function" in err
-
-
-def test_target_without_colon(project, capsys, monkeypatch):
-    monkeypatch.chdir(project)
-    code, _, err = _run(["model.loss"], capsys)
-    assert code == 2 and "package.module:function" in err
-
-
-def test_missing_file(project, capsys, monkeypatch):
-    monkeypatch.chdir(project)
-    code, _, err = _run(["nofile.py:loss"], capsys)
-    assert code == 2 and "no such file: nofile.py" in err
+    code, _, err = _run([target], capsys)
+    assert code == 2 and expected in err
 
 
 def test_fail_on_none_and_kinds(project, capsys, monkeypatch):

@@ -9,7 +9,6 @@ module that defines it; data passed through unchanged from JAX keeps JAX's docum
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import doctest
 import enum
@@ -37,6 +36,8 @@ NAMESPACES = [
     "heddle.scaling",
 ]
 JAX_TWINS = {"heddle.numpy": "jax.numpy", "heddle.nn": "jax.nn", "heddle.lax": "jax.lax"}
+# the docs generators' docstring lookup (docs/ is not a package: loaded by path)
+_docgen = types.SimpleNamespace(**runpy.run_path(str(ROOT / "docs" / "_docgen.py")))
 
 
 def load(name: str) -> types.ModuleType:
@@ -67,39 +68,6 @@ def _nothing():
     yield
 
 
-def _module_source(modname: str) -> ast.Module | None:
-    spec = importlib.util.find_spec(modname)
-    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
-        return None
-    return ast.parse(pathlib.Path(spec.origin).read_text())
-
-
-def attribute_doc(modname: str, name: str, depth: int = 0) -> str | None:
-    """The attribute docstring of ``name`` in ``modname``, following ``from x import name`` chains."""
-    tree = _module_source(modname)
-    if tree is None or depth > 5:
-        return None
-    body = tree.body
-    for i, node in enumerate(body):
-        targets = []
-        if isinstance(node, ast.Assign):
-            targets = [t.id for t in node.targets if isinstance(t, ast.Name)]
-        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
-            targets = [node.target.id]
-        if name in targets and i + 1 < len(body):
-            nxt = body[i + 1]
-            if isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant):
-                if isinstance(nxt.value.value, str) and nxt.value.value.strip():
-                    return nxt.value.value
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("heddle"):
-            for alias in node.names:
-                if (alias.asname or alias.name) == name:
-                    found = attribute_doc(node.module, alias.name, depth + 1)
-                    if found:
-                        return found
-    return None
-
-
 def _is_data(obj: object) -> bool:
     return not (callable(obj) or inspect.ismodule(obj) or isinstance(obj, property))
 
@@ -114,7 +82,7 @@ def missing_docs(modname: str) -> tuple[list[str], int]:
         if twin is not None and getattr(twin, name, object()) is obj:
             continue  # JAX's own object passed through unchanged: JAX's documentation, as it is
         if _is_data(obj):
-            if isinstance(obj, enum.Enum) or attribute_doc(modname, name):
+            if isinstance(obj, enum.Enum) or _docgen.attribute_doc(modname, name):
                 continue
             missing.append(f"{modname}.{name} (data: no attribute docstring)")
             continue
@@ -122,15 +90,10 @@ def missing_docs(modname: str) -> tuple[list[str], int]:
         if not (doc and doc.strip()):
             missing.append(f"{modname}.{name}")
         if inspect.isclass(obj) and obj.__module__.startswith("heddle"):
-            for attr, value in vars(obj).items():
-                if attr.startswith("_"):
-                    continue
-                if isinstance(value, (staticmethod, classmethod)):
-                    value = value.__func__
-                if inspect.isfunction(value) or isinstance(value, property):
-                    checked += 1
-                    if not (value.__doc__ and value.__doc__.strip()):
-                        missing.append(f"{modname}.{name}.{attr}")
+            for attr, value in _docgen.members(obj):
+                checked += 1
+                if not (value.__doc__ and value.__doc__.strip()):
+                    missing.append(f"{modname}.{name}.{attr}")
     return missing, checked
 
 

@@ -72,6 +72,20 @@ def _jax_argnums(argnums: int | Sequence[int], nums: tuple[int, ...]) -> int | t
     return nums[0] if isinstance(argnums, int) else nums
 
 
+def _apply(transform, name, fun, argnums, has_aux, holomorphic, args, kwargs):
+    """Applies the JAX transform of ``fun`` to the widened ``args``.
+
+    Returns ``(traced, leaves, jargnums, result)``: the traced call (its ``out_dtypes`` set), the
+    arguments' leaves, the argnums JAX differentiated and what the transformed function returned.
+    """
+    traced, leaves = _setup(fun, args, kwargs, argnums, has_aux, name)
+    jargnums = _jax_argnums(argnums, leaves.argnums)
+    res = transform(traced, argnums=jargnums, has_aux=has_aux, holomorphic=holomorphic)(
+        *leaves.wide_args
+    )
+    return traced, leaves, jargnums, res
+
+
 def value_and_grad(
     fun: Callable[..., Any],
     argnums: int | Sequence[int] = 0,
@@ -113,13 +127,9 @@ def value_and_grad(
 
     @functools.wraps(fun)
     def wrapped(*args: Any, **kwargs: Any) -> tuple[Any, Any]:
-        traced, leaves = _setup(fun, args, kwargs, argnums, has_aux, "value_and_grad")
-        value, grads = jax.value_and_grad(
-            traced,
-            argnums=_jax_argnums(argnums, leaves.argnums),
-            has_aux=has_aux,
-            holomorphic=holomorphic,
-        )(*leaves.wide_args)
+        traced, _, _, (value, grads) = _apply(
+            jax.value_and_grad, "value_and_grad", fun, argnums, has_aux, holomorphic, args, kwargs
+        )
         if has_aux:
             value, aux = value
             return (traced.narrow_value(value), aux), grads
@@ -237,13 +247,11 @@ def _grad_of(d: np.dtype) -> np.dtype:
     return _F32 if is_narrow(d) or np.dtype(d).kind in "biu" else np.dtype(d)
 
 
-def _jac(transform: Callable[..., Any], name: str, fun, argnums, has_aux, holomorphic, **kw):
+def _jac(transform: Callable[..., Any], name: str, fun, argnums, has_aux, holomorphic):
     @functools.wraps(fun)
     def wrapped(*args: Any, **kwargs: Any) -> Any:
-        traced, leaves = _setup(fun, args, kwargs, argnums, has_aux, name)
-        jargnums = _jax_argnums(argnums, leaves.argnums)
-        res = transform(traced, argnums=jargnums, has_aux=has_aux, holomorphic=holomorphic, **kw)(
-            *leaves.wide_args
+        traced, leaves, jargnums, res = _apply(
+            transform, name, fun, argnums, has_aux, holomorphic, args, kwargs
         )
         jac, aux = res if has_aux else (res, None)
         if isinstance(jargnums, int):

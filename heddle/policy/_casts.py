@@ -77,6 +77,13 @@ def route(src: np.dtype, dst: np.dtype) -> str:
     return next(p for s, d, p, _ in _ROUTES if src.name in s and dst.name in d)
 
 
+def path_name(src: np.dtype, dst: np.dtype) -> str:
+    """The path of a pair as the docs' tables name it: ``route``, with ``+ tie`` where the exact
+    tie at the overflow threshold is sent to NaN after it (``float8_e4m3fn`` targets)."""
+    p = route(src, dst)
+    return f"{p} + tie" if p in ("convert", "round") and _top_tie(src, dst) is not None else p
+
+
 # ---------------------------------------------------------------------------------------------
 # Format parameters
 
@@ -163,6 +170,7 @@ def layout(d: np.dtype) -> Layout:
 
 
 class _Jax:
+    abs = staticmethod(jnp.abs)
     where = staticmethod(jnp.where)
     maximum = staticmethod(jnp.maximum)
     minimum = staticmethod(jnp.minimum)
@@ -183,6 +191,7 @@ class _Jax:
 
 
 class _NumPy:
+    abs = staticmethod(np.abs)
     where = staticmethod(np.where)
     maximum = staticmethod(np.maximum)
     minimum = staticmethod(np.minimum)
@@ -396,6 +405,23 @@ def _clamp_int(xp: Any, x: Any, dst: np.dtype) -> Any:
     return xp.convert(xp.minimum(xp.maximum(x, t(max(slo, dlo))), t(min(shi, dhi))), dst)
 
 
+@functools.cache
+def _top_tie(src: np.dtype, dst: np.dtype) -> Any:
+    """``max + ulp/2`` of ``dst`` as a ``src`` value, where ``dst``'s largest value has an even
+    significand (``float8_e4m3fn``'s 448: the tie 464). Ties to even would keep the largest value;
+    POLICY.md 6 overflows every value at or past it, to NaN (such formats have no inf). None where
+    ``src`` cannot hold the tie exactly, or no such tie exists."""
+    if kind(dst) != "f" or kind(src) not in "iuf" or src == dst:
+        return None
+    fmt = layout(dst)
+    if fmt.specials == "e8m0" or fmt.max_mag & 1:
+        return None  # odd largest significand: the tie already rounds up, past the range
+    tie = float(finfo(dst).max) + 2.0 ** (fmt.emax - fmt.mbits - 1)
+    if kind(src) in "iu":
+        return src.type(tie) if tie <= int_range(src)[1] else None
+    return src.type(tie) if float(src.type(tie)) == tie else None
+
+
 def _cast_real(xp: Any, x: Any, dst: np.dtype, saturate: bool) -> Any:
     src = np.dtype(x.dtype)
     path = route(src, dst)
@@ -405,13 +431,17 @@ def _cast_real(xp: Any, x: Any, dst: np.dtype, saturate: bool) -> Any:
         return _clamp_int(xp, x, dst)
     if path == "identity":
         return x
-    if path == "round":
-        return _round(xp, x, dst, saturate)
     if path == "truncate":
         return _truncate(xp, x, dst)
     if path == "nonzero":
         return _nonzero(xp, x)
-    return xp.convert(x, dst)
+    tie = None if saturate else _top_tie(src, dst)
+    if tie is not None and kind(src) == "f":  # a NaN source is NaN in the target: select before
+        x = xp.where(xp.abs(x) == tie, src.type(float("nan")), x)  # the cast, fused with it
+    out = _round(xp, x, dst, saturate) if path == "round" else xp.convert(x, dst)
+    if tie is not None and kind(src) != "f":
+        out = xp.where(xp.abs(x) == tie, dst.type(float("nan")), out)
+    return out
 
 
 def _cast(xp: Any, x: Any, dst: np.dtype, saturate: bool) -> Any:
@@ -459,9 +489,9 @@ def astype(
 
     - NaN stays NaN; +-inf stays +-inf where ``dtype`` has infinities and is NaN where it has none
       (``*fn``, ``*fnuz``, ``float8_e8m0fnu``).
-    - A finite value that rounds past the largest finite value (at or past it plus half an ulp; for
-      formats whose largest value has an even significand, e.g. ``float8_e4m3fn``'s 448, the exact
-      tie 464 rounds to it) becomes inf, or NaN where ``dtype`` has no inf.
+    - A finite value at or past the largest finite value plus half an ulp becomes inf, or NaN where
+      ``dtype`` has no inf. That includes the exact tie where the largest value has an even
+      significand (``float8_e4m3fn``: 464 is NaN; XLA and ml_dtypes round it to 448).
     - ``float4_e2m1fn`` has neither: overflow and +-inf give +-6 and NaN gives +0.
     - ``float8_e8m0fnu`` (unsigned powers of two): zero, negative values and NaN give NaN, values
       below ``2**-127`` give ``2**-127``, and a tie (``1.5 * 2**k``) goes to the larger power
@@ -470,6 +500,8 @@ def astype(
       Integer to a narrower integer wraps (two's complement). Anything to bool: nonzero is True
       (NaN is True).
     - Real to complex sets the imaginary part to 0; complex to complex rounds each part once.
+    - Derivatives: a float cast differentiates like ``lax.convert_element_type`` (the tangent is
+      converted, whichever path computes the value).
 
     Args:
       x: an array or array-like (JAX or NumPy array, Python scalar or list).
@@ -506,5 +538,38 @@ def astype(
         x = jnp.asarray(x)
     elif _is_64(np.dtype(x.dtype)) and not x64_enabled() and not isinstance(x, jax.core.Tracer):
         return jnp.asarray(_cast(_NumPy, np.asarray(x), dst, saturate))
-    parse_dtype(x.dtype)
+    src = parse_dtype(x.dtype)
+    if _computed_from_bits(src, dst, saturate):
+        return _differentiable_cast(x, dst, saturate)
     return _cast(_Jax, x, dst, saturate)
+
+
+def _computed_from_bits(src: np.dtype, dst: np.dtype, saturate: bool) -> bool:
+    """Whether a float cast takes the ``round`` path, whose integer arithmetic JAX would
+    differentiate as a constant. Casts on the ``convert`` path stay plain ``convert`` ops, which
+    heddle.autodiff's float32 twins see through."""
+    if kind(src) not in "fc" or kind(dst) not in "fc" or src == dst:
+        return False
+    return saturate or route(real_dtype(src), real_dtype(dst)) == "round"
+
+
+@functools.partial(jax.jit, static_argnums=(1, 2))
+def _cast_on_device(x: Any, dst: np.dtype, saturate: bool) -> Any:
+    """The ``round`` path as one compiled program (a few dozen integer ops), not op by op eagerly."""
+    return _cast(_Jax, x, dst, saturate)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(1, 2))
+def _differentiable_cast(x: Any, dst: np.dtype, saturate: bool) -> Any:
+    """A float cast with the derivative of ``lax.convert_element_type`` (the tangent converted).
+
+    The ``round`` path is integer arithmetic on bit patterns, which JAX differentiates as a
+    constant; without this every gradient through, e.g., float64 -> bfloat16 would be zero.
+    """
+    return _cast_on_device(x, dst, saturate)
+
+
+@_differentiable_cast.defjvp
+def _differentiable_cast_jvp(dst: np.dtype, saturate: bool, primals: tuple, tangents: tuple):
+    (x,), (t,) = primals, tangents
+    return _differentiable_cast(x, dst, saturate), lax.convert_element_type(t, dst)

@@ -56,18 +56,22 @@ def _valid_names() -> str:
     return ", ".join(d.name for d in DTYPES) + "; aliases " + ", ".join(ALIASES)
 
 
+def _not_a_dtype(x: Any) -> UnknownDTypeError:
+    return UnknownDTypeError(
+        message(
+            f"dtype({x!r})",
+            "that is not a dtype of heddle's policy",
+            f"Use one of: {_valid_names()}.",
+        )
+    )
+
+
 @functools.lru_cache(maxsize=512)
 def _parse_hashable(x: Any) -> np.dtype:
     if isinstance(x, str):
         d = _BY_NAME.get(x.strip().lower())
         if d is None:
-            raise UnknownDTypeError(
-                message(
-                    f"dtype({x!r})",
-                    "that is not a dtype of heddle's policy",
-                    f"Use one of: {_valid_names()}.",
-                )
-            )
+            raise _not_a_dtype(x)
         return d
     if x is None:  # NumPy reads None as float64: heddle never picks a width silently
         raise UnknownDTypeError(
@@ -94,13 +98,7 @@ def _parse_hashable(x: Any) -> np.dtype:
     except TypeError:
         d = None
     if d is None or d not in _SET:
-        raise UnknownDTypeError(
-            message(
-                f"dtype({x!r})",
-                "that is not a dtype of heddle's policy",
-                f"Use one of: {_valid_names()}.",
-            )
-        )
+        raise _not_a_dtype(x)
     return d
 
 
@@ -134,13 +132,7 @@ def dtype(x: Any) -> np.dtype:
     try:
         return _parse_hashable(x)
     except TypeError:  # unhashable
-        raise UnknownDTypeError(
-            message(
-                f"dtype({x!r})",
-                "that is not a dtype of heddle's policy",
-                f"Use one of: {_valid_names()}.",
-            )
-        ) from None
+        raise _not_a_dtype(x) from None
 
 
 def _kind_of(d: np.dtype) -> str:

@@ -15,15 +15,13 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import functools
 from typing import Any, ClassVar
 
 import jax
 import numpy as np
-from jax import lax
 
 from heddle.policy import _dtypes as D
-from heddle.policy._casts import astype, route
+from heddle.policy._casts import astype
 from heddle.policy._errors import UnknownDTypeError, message
 
 _FIELDS = ("param_dtype", "compute_dtype", "output_dtype")
@@ -283,36 +281,15 @@ def _fail(asked: str, why: str, fix: str) -> Any:
 # Casting the leaves of a pytree
 
 
-# The bit-exact path is a few dozen integer ops: one compiled program, not op-by-op dispatch, eagerly.
-_astype_jit = jax.jit(astype, static_argnums=1)
-
-
-@functools.partial(jax.custom_jvp, nondiff_argnums=(1,))
-def _rounded(x: jax.Array, dst: np.dtype) -> jax.Array:
-    return _astype_jit(x, dst)
-
-
-@_rounded.defjvp
-def _rounded_jvp(dst: np.dtype, primals: tuple, tangents: tuple) -> tuple:
-    (x,), (t,) = primals, tangents
-    # the derivative of a rounding is the identity, as for convert_element_type: the tangent takes
-    # the linear convert (which JAX can transpose); the primal keeps the correctly rounded cast
-    return _astype_jit(x, dst), lax.convert_element_type(t, dst)
-
-
 def _cast_leaf(x: Any, dst: np.dtype) -> Any:
+    if not isinstance(x, jax.ShapeDtypeStruct | jax.Array | np.ndarray | np.generic):
+        return x
+    if jax.dtypes.issubdtype(x.dtype, jax.dtypes.extended):  # PRNG keys (nnx.Rngs), ...
+        return x
+    if np.dtype(x.dtype) not in _FLOATS or x.dtype == dst:
+        return x
     if isinstance(x, jax.ShapeDtypeStruct):
-        if np.dtype(x.dtype) in _FLOATS and x.dtype != dst:
-            return jax.ShapeDtypeStruct(x.shape, dst, sharding=x.sharding)
-        return x
-    if not isinstance(x, jax.Array | np.ndarray | np.generic):
-        return x
-    src = np.dtype(x.dtype)
-    if src not in _FLOATS or src == dst:
-        return x
-    if isinstance(x, jax.Array) and route(src, dst) != "convert":
-        # the bit-exact rounding path has no derivative of its own; give it convert's
-        return _rounded(x, dst)
+        return jax.ShapeDtypeStruct(x.shape, dst, sharding=x.sharding)
     return astype(x, dst)
 
 

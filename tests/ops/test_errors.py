@@ -46,7 +46,9 @@ def test_scalar_in_range_at_the_edge_passes():
     assert hnp.add(np.ones(3, ml_dtypes.float8_e4m3fn), 463.0).dtype == ml_dtypes.float8_e4m3fn
 
 
-@pytest.mark.parametrize(("a", "b"), [("float8_e4m3fn", "float8_e5m2"), ("float8_e3m4", "float8_e4m3")])
+@pytest.mark.parametrize(
+    ("a", "b"), [("float8_e4m3fn", "float8_e5m2"), ("float8_e3m4", "float8_e4m3")]
+)
 def test_promotion_error_through_ops(transform, a, b):
     x, y = np.ones(2, policy.dtype(a)), np.ones(2, policy.dtype(b))
     with pytest.raises(policy.PromotionError) as e:

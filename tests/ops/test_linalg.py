@@ -15,35 +15,11 @@ import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 import pytest
+from _common import BF16, F16, F32, U32, round_once  # tests/ops is on sys.path
 
 from heddle import policy
 from heddle.ops._linalg import fft as hfft
 from heddle.ops._linalg import linalg as hla
-
-BF16, F16, F32 = ml_dtypes.bfloat16, np.float16, np.float32
-U32 = 2.0**-24
-
-
-def finite_values(dtype) -> np.ndarray:
-    nbits = 8 * np.dtype(dtype).itemsize
-    raw = np.arange(2**nbits, dtype=np.uint16 if nbits == 16 else np.uint8).view(dtype)
-    with np.errstate(invalid="ignore", over="ignore"):
-        v = raw.astype(np.float64)
-    return np.unique(v[np.isfinite(v)]) + 0.0  # one zero, +0
-
-
-def round_once(ref, dtype) -> np.ndarray:
-    """``ref`` (float64) rounded once to ``dtype``, ties to even."""
-    vals = finite_values(dtype)
-    ref = np.asarray(ref, np.float64)
-    i = np.clip(np.searchsorted(vals, ref), 1, len(vals) - 1)
-    lo, hi = vals[i - 1], vals[i]
-    mid = lo + (hi - lo) / 2
-    hi_even = (i - np.searchsorted(vals, 0.0)) % 2 == 0
-    out = np.where(ref < mid, lo, np.where(ref > mid, hi, np.where(hi_even, hi, lo)))
-    out = np.where(ref == hi, hi, out)
-    big = vals[-1] + (vals[-1] - vals[-2]) / 2  # past it: inf (float16, bfloat16)
-    return np.where(ref >= big, np.inf, np.where(ref <= -big, -np.inf, out)).astype(dtype)
 
 
 def assert_rounded_once(got, ref, dtype, tol):

@@ -15,41 +15,10 @@ import ml_dtypes
 import numpy as np
 import pytest
 import scipy.special
+from _common import BF16, F16, F32, U32, finite_values, round_once  # tests/ops is on sys.path
 
 import heddle.nn as hnn
 from heddle import policy
-
-BF16, F16, F32 = ml_dtypes.bfloat16, np.float16, np.float32
-U32 = 2.0**-24  # unit roundoff of float32
-
-
-# --- an exact reference for "rounded once" ---------------------------------------------------------
-
-
-def finite_values(dtype) -> np.ndarray:
-    """Every finite value of a float format of 16 bits or fewer, sorted, as exact float64."""
-    nbits = 8 * np.dtype(dtype).itemsize
-    raw = np.arange(2**nbits, dtype=np.uint16 if nbits == 16 else np.uint8).view(dtype)
-    with np.errstate(invalid="ignore", over="ignore"):
-        v = raw.astype(np.float64)
-    return np.unique(v[np.isfinite(v)]) + 0.0  # one zero, +0  # -0 and +0 are one value
-
-
-def round_once(ref, dtype) -> np.ndarray:
-    """``ref`` (float64) rounded once to ``dtype``, exactly (no double rounding), ties to even."""
-    vals = finite_values(dtype)
-    ref = np.asarray(ref, np.float64)
-    i = np.clip(np.searchsorted(vals, ref), 1, len(vals) - 1)  # vals[i-1] < ref <= vals[i]
-    lo, hi = vals[i - 1], vals[i]
-    mid = lo + (hi - lo) / 2
-    hi_even = (i - np.searchsorted(vals, 0.0)) % 2 == 0  # bit patterns count up from zero
-    out = np.where(ref < mid, lo, np.where(ref > mid, hi, np.where(hi_even, hi, lo)))
-    out = np.where(ref == hi, hi, out)
-    # past the largest finite value plus half an ulp: inf (these tests use formats with inf)
-    big = vals[-1] + (vals[-1] - vals[-2]) / 2
-    out = np.where(ref >= big, np.inf, np.where(ref <= -big, -np.inf, out))
-    return out.astype(dtype)
-
 
 FLUSH = 2.0**-126  # float32's smallest normal: XLA flushes float32 subnormals to zero
 

@@ -245,6 +245,9 @@ def round_scalar(
     a = abs(x)
     if a == 0:
         return nan_scalar(fmt) if fmt.specials == "e8m0" else _with_sign(sign, 0, fmt)
+    *_, q_max = decode_scalar(fmt.max_mag, fmt)
+    if fmt.specials != "e8m0" and a >= fmt.max_value + Fraction(2) ** (q_max - 1):
+        return overflow_scalar(sign, fmt, saturate)  # at or past max + ulp/2 (POLICY.md 6)
     num, den = a.numerator, a.denominator
     e = num.bit_length() - den.bit_length()  # floor(log2(a)) is e or e - 1
     if (num << max(-e, 0)) < (den << max(e, 0)):
@@ -294,6 +297,7 @@ def round_array(
         twice = rem << 1
         one = np.ones_like(kk) << kk
         up = (twice > one) | ((twice == one) & ((lo & 1) == 1) & (kk > 0))
+        tie_down = (twice == one) & ~up & (kk > 0)
         n = np.where(k <= 0, mm << np.maximum(-k, 0).astype(object), lo + up)
         n = n.astype(object)
         big = n >= (1 << 62)  # only when the value overflows any format
@@ -304,6 +308,7 @@ def round_array(
         rem = mm - (lo << kk)
         half = np.where(kk > 0, np.left_shift(np.int64(1), np.maximum(kk - 1, 0)), 1)
         up = (kk > 0) & ((rem > half) | ((rem == half) & ((lo & 1) == 1)))
+        tie_down = (kk > 0) & (rem == half) & ~up
         n = np.where(k <= 0, mm << np.minimum(np.maximum(-k, 0), 62), lo + up)
         big = np.zeros(n.shape, bool)
     if fmt.specials == "e8m0":
@@ -317,6 +322,8 @@ def round_array(
     ebiased = np.where(over, 0, ebiased)
     mag = np.where(sub, n, (ebiased << fmt.mbits) | (n - (1 << fmt.mbits)))
     over |= mag > fmt.max_mag
+    if fmt.specials != "e8m0":  # max + ulp/2 overflows even where max's significand is even
+        over |= (mag == fmt.max_mag) & np.asarray(tie_down, bool) & fin
     out = _with_sign_array(sign, mag, fmt)
     out = np.where(over, np.where(sign == 1, _ovf(1, fmt, saturate), _ovf(0, fmt, saturate)), out)
     zero = (cls == FINITE) & (m == 0)
