@@ -23,7 +23,7 @@ import functools
 import math
 from collections.abc import Callable, Sequence
 from fractions import Fraction
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import numpy as np
@@ -296,6 +296,23 @@ def _check_scalars(operands: Sequence[Any], sigs: tuple, plan: tuple, p: Policy)
                 _range_checked(value, common, p, typed)
 
 
+def _fast_key(x: Any) -> Any:
+    """What a repeated eager call's plan and kernel depend on, cheaply: a Python scalar's type, or an
+    array's (type, dtype, weak type); AttributeError for anything else (host data)."""
+    t = type(x)
+    return t if t in _REPRESENTATIVE else (t, x.dtype, x.weak_type)
+
+
+class _Fast(NamedTuple):
+    """A call shape seen before: everything ``op`` needs to skip straight to the kernel."""
+
+    policy: Policy
+    plan: tuple
+    kernel: Callable[..., Any]
+    values: tuple[int, ...] | None  # positions of the value operands in ``args`` (None: all)
+    scalars: tuple[int, ...]  # which values are Python scalars (range-checked and materialised)
+
+
 def make_op(name: str, spec: OpSpec) -> Callable[..., Any]:
     """Builds the public function for ``spec`` with the signature of ``spec.fn``."""
     if spec.plan is Plan.PASS:
@@ -304,10 +321,50 @@ def make_op(name: str, spec: OpSpec) -> Callable[..., Any]:
     dtype_kw = {Plan.ACC_DTYPE: "dtype", Plan.PREFERRED: "preferred_element_type"}.get(spec.plan)
     # (id(policy), signatures, dtype=, x64) -> (policy, dtype plan, {template: jitted steps 2-4})
     plans: dict[tuple, tuple] = {}
+    # eager calls seen before (no value operand None, weak-typed or host data; no value keyword):
+    # (id(policy), x64, argument keys) -> _Fast, so a repeat costs one lookup and one dispatch
+    fast: dict[tuple, _Fast] = {}
+    positions = frozenset(spec.values) if isinstance(spec.values, tuple) else None
+    # how many leading positional arguments are all value operands
+    lead = (
+        math.inf
+        if spec.values == "all"
+        else next((i for i in range(len(spec.values) + 1) if i not in (positions or ())), 0)
+    )
+
+    def general_key(p: Policy, args: tuple, kwargs: dict[str, Any]) -> tuple | None:
+        if spec.values == "seq" or any(k in kwargs for k in spec.value_kwargs):
+            return None
+        parts = [
+            _fast_key(a) if positions is None or i in positions else (type(a), a)
+            for i, a in enumerate(args)
+        ]
+        parts += [(k, type(v), v) for k, v in kwargs.items()]
+        return (id(p), D.x64_enabled(), *parts)
 
     @functools.wraps(spec.fn)
     def op(*args: Any, **kwargs: Any) -> Any:
         p = current()
+        try:
+            if not kwargs and len(args) <= lead:
+                key = (id(p), D.x64_enabled(), *map(_fast_key, args))
+            else:
+                key = general_key(p, args, kwargs)
+            hit = fast.get(key)
+        except (AttributeError, TypeError):  # host data; an unhashable static argument
+            key = hit = None
+        if hit is None or hit.policy is not p:
+            return slow(p, key, args, kwargs)
+        values = args if hit.values is None else [args[i] for i in hit.values]
+        if hit.scalars:
+            values = list(values)
+            for i in hit.scalars:
+                if p.check_scalar_range:
+                    _range_checked(values[i], hit.plan[0], p, hit.plan[-1])
+                values[i] = materialise(values[i], hit.plan[2])
+        return hit.kernel(*values)
+
+    def slow(p: Policy, key_: tuple | None, args: tuple, kwargs: dict[str, Any]) -> Any:
         dtype_arg = kwargs.pop(dtype_kw, None) if dtype_kw and kwargs else None
         operands, template = _split(spec, args, kwargs)
         sigs = tuple(map(_signature, operands))
@@ -338,10 +395,16 @@ def make_op(name: str, spec: OpSpec) -> Callable[..., Any]:
         if kernel is _EAGER:
             return _run(spec, plan, template, values)
         try:
-            return kernel(*values)
-        except jax.errors.ConcretizationTypeError:  # a data-dependent shape (nonzero, ...): no kernel
+            out = kernel(*values)
+        except jax.errors.ConcretizationTypeError:  # a data-dependent shape (nonzero, ...)
             kernels[template] = _EAGER
             return _run(spec, plan, template, values)
+        if key_ is not None and all(type(s) is not tuple or not s[1] for s in sigs):
+            pos = template[0][0]
+            pos = None if tuple(pos) == tuple(range(len(args))) and not kwargs else pos
+            scalars = tuple(i for i, s in enumerate(sigs) if type(s) is not tuple)
+            fast[key_] = _Fast(p, plan, kernel, pos, scalars)  # (weak arrays: range checks)
+        return out
 
     op.__doc__ = _doc(name, spec, spec.fn)
     return op
