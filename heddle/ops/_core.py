@@ -129,6 +129,8 @@ def materialise(x: Any, d: np.dtype) -> Any:
     """A Python scalar as a NumPy value of dtype ``d`` (rounded once); arrays unchanged."""
     t = type(x)
     if t in _REPRESENTATIVE:
+        if not x:  # 0.0 == -0.0 (and 0j == -0j): a cache would give one sign for both
+            return _python_scalar_as.__wrapped__(x, t, d)
         return _python_scalar_as(x, t, d)
     return x
 
@@ -169,10 +171,34 @@ def _plan(spec: OpSpec, p: Policy, sigs: tuple, dtype_arg: Any, x64: bool) -> tu
         D.require_available(d, f"heddle.numpy.{getattr(spec.fn, '__name__', 'op')}")
     precision = (
         _PRECISION[p.float32_matmul_precision]
-        if spec.plan is Plan.PREFERRED and dtypes[1] == np.float32
+        if spec.plan is Plan.PREFERRED and dtypes[2] == np.float32
         else None
     )
     return (common, *dtypes, precision, typed)
+
+
+@functools.cache
+def _widens_narrow_contractions() -> bool:
+    """Whether narrow float contraction operands are widened before the dot (on CPU only).
+
+    XLA:CPU multiplies float32 matrices faster than it multiplies bfloat16/float16/float8 matrices
+    into a float32 result (about 1.3x at 1024**3, ``benchmarks/bench_ops.py``). Widening is exact, so
+    the dot is the same float32-accumulated contraction. GPUs keep the narrow operands: their
+    matrix units take them directly.
+    """
+    return jax.default_backend() == "cpu"
+
+
+def contraction_operand_dtype(common: np.dtype, acc: np.dtype) -> np.dtype:
+    """The dtype a contraction's operands (of promotion ``common``, accumulating in ``acc``) are fed
+    to the dot in: ``common``, or ``acc`` for sub-byte integers (XLA cannot widen them inside a dot)
+    and, on CPU, for narrow floats (see ``_widens_narrow_contractions``)."""
+    k = D.kind(common)
+    if k in "iu" and int(D.iinfo(common).bits) < 8:
+        return acc
+    if k == "f" and common.itemsize < 4 and _widens_narrow_contractions():
+        return acc
+    return common
 
 
 def _result_and_compute(spec: OpSpec, common: np.dtype, dtype_arg: Any, p: Policy):
@@ -193,7 +219,8 @@ def _result_and_compute(spec: OpSpec, common: np.dtype, dtype_arg: Any, p: Polic
             result = _rules.result_dtype(OpClass.REDUCTION, common, policy=p)
         else:
             result = D.dtype(dtype_arg)
-        return result, common, common, _rules.acc_dtype(result, p)
+        acc = _rules.acc_dtype(result, p)
+        return result, common, contraction_operand_dtype(common, acc), acc
     result = _rules.result_dtype(spec.op_class, common, policy=p)
     if spec.op_class in (OpClass.COMPARISON, OpClass.INDEX, OpClass.SELECTION):
         return result, common, common, None
@@ -290,9 +317,8 @@ def _check_scalars(operands: Sequence[Any], sigs: tuple, plan: tuple, p: Policy)
     for x, sig in zip(operands, sigs, strict=True):
         if isinstance(sig, type):
             _range_checked(x, common, p, typed)
-        elif sig is not None and sig[1]:
-            value = _scalars._concrete(x)
-            if value is not None:
+        elif sig is not None and sig[1]:  # a weakly typed array: its known values, if any
+            for value in _scalars._concrete(x):
                 _range_checked(value, common, p, typed)
 
 
@@ -311,6 +337,20 @@ class _Fast(NamedTuple):
     kernel: Callable[..., Any]
     values: tuple[int, ...] | None  # positions of the value operands in ``args`` (None: all)
     scalars: tuple[int, ...]  # which values are Python scalars (range-checked and materialised)
+    memo: dict[tuple, Any]  # (type, value) of a nonzero Python scalar -> its checked NumPy value
+
+    def scalar(self, p: Policy, v: Any) -> Any:
+        """A Python scalar operand range-checked and materialised (memoised but for zeros, whose
+        sign ``==`` does not see)."""
+        key = (type(v), v) if v else None
+        out = self.memo.get(key)
+        if out is None:
+            if p.check_scalar_range:
+                _range_checked(v, self.plan[0], p, self.plan[-1])
+            out = materialise(v, self.plan[2])
+            if key is not None and len(self.memo) < 64:
+                self.memo[key] = out
+        return out
 
 
 def make_op(name: str, spec: OpSpec) -> Callable[..., Any]:
@@ -359,9 +399,7 @@ def make_op(name: str, spec: OpSpec) -> Callable[..., Any]:
         if hit.scalars:
             values = list(values)
             for i in hit.scalars:
-                if p.check_scalar_range:
-                    _range_checked(values[i], hit.plan[0], p, hit.plan[-1])
-                values[i] = materialise(values[i], hit.plan[2])
+                values[i] = hit.scalar(p, values[i])
         return hit.kernel(*values)
 
     def slow(p: Policy, key_: tuple | None, args: tuple, kwargs: dict[str, Any]) -> Any:
@@ -403,7 +441,7 @@ def make_op(name: str, spec: OpSpec) -> Callable[..., Any]:
             pos = template[0][0]
             pos = None if tuple(pos) == tuple(range(len(args))) and not kwargs else pos
             scalars = tuple(i for i, s in enumerate(sigs) if type(s) is not tuple)
-            fast[key_] = _Fast(p, plan, kernel, pos, scalars)  # (weak arrays: range checks)
+            fast[key_] = _Fast(p, plan, kernel, pos, scalars, {})  # (weak arrays: range checks)
         return out
 
     op.__doc__ = _doc(name, spec, spec.fn)

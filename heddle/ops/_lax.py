@@ -20,11 +20,10 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
-import ml_dtypes
 import numpy as np
 from jax import lax
 
-from heddle.ops._core import cast, compute_dtype, materialise
+from heddle.ops._core import cast, compute_dtype, contraction_operand_dtype, materialise
 from heddle.policy import _dtypes as D
 from heddle.policy import _rules, _scalars
 from heddle.policy._errors import message
@@ -34,19 +33,13 @@ from heddle.policy._rules import OpClass
 _PRECISION = {"highest": lax.Precision.HIGHEST, "high": lax.Precision.HIGH}
 
 
-def _subbyte(d: np.dtype) -> bool:
-    return D.kind(d) in "iu" and int(ml_dtypes.iinfo(d).bits) < 8
-
-
 def contraction_dtypes(
     lhs: Any, rhs: Any, preferred: Any, p: Policy
 ) -> tuple[np.dtype, np.dtype, np.dtype]:
     """(result, operand dtype, accumulation dtype) of a contraction of ``lhs`` and ``rhs``."""
     common = _scalars.resolve((lhs, rhs), p)
     result, acc = _rules.reduction_dtypes(common, preferred, p)
-    # XLA cannot feed sub-byte integers to a dot with a wider preferred type: widen them first
-    to = acc if _subbyte(common) else common
-    return result, to, acc
+    return result, contraction_operand_dtype(common, acc), acc
 
 
 def _contraction(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
