@@ -125,8 +125,7 @@ PASS_REASONS = {
     "metadata": (
         "returns shapes, flags or dtype facts, not arrays",
         "shape ndim size isscalar iscomplexobj isrealobj isdtype issubdtype iterable can_cast "
-        "broadcast_shapes einsum_path get_printoptions printoptions set_printoptions array_repr "
-        "array_str",
+        "broadcast_shapes einsum_path get_printoptions printoptions set_printoptions",
     ),
     "user functions": (
         "applies the user's own function; the ops inside it carry the policy",

@@ -16,6 +16,8 @@ from heddle.policy._errors import PrecisionError as PrecisionError
 from heddle.policy._errors import PromotionError as PromotionError
 from heddle.policy._errors import ScalarRangeError as ScalarRangeError
 from heddle.policy._errors import UnknownDTypeError as UnknownDTypeError
+from heddle.policy._format import format as format
+from heddle.policy._format import format_values as format_values
 from heddle.policy._policy import HEDDLE as HEDDLE
 from heddle.policy._policy import JAX as JAX
 from heddle.policy._policy import Policy as Policy
@@ -65,6 +67,8 @@ __all__ = [
     "default_dtypes",
     "dtype",
     "enforce",
+    "format",
+    "format_values",
     "grad_dtype",
     "least_upper_float",
     "promote_types",

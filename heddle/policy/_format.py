@@ -51,7 +51,8 @@ def _interval(lay: Layout, mag: int) -> tuple[float, float, float, bool, bool]:
     hi = math.inf
     if not (lay.specials == "none" and mag == lay.max_mag):  # saturating: all above rounds to max
         hi = (math.ldexp(*_magnitude(lay, mag + 1)) + v) / 2
-    return v, lo, hi, lo_in, m % 2 == 0
+    # a tie above the largest finite value overflows (POLICY.md 6), even where its significand is even
+    return v, lo, hi, lo_in, m % 2 == 0 and mag != lay.max_mag
 
 
 def _inside(d: int, p: int, lo: float, hi: float, lo_in: bool, hi_in: bool) -> bool:
@@ -141,7 +142,7 @@ def format_values(x: jax.typing.ArrayLike) -> np.ndarray:
 
     Examples:
       >>> import jax.numpy as jnp
-      >>> from heddle.policy._format import format_values
+      >>> from heddle.policy import format_values
       >>> format_values(jnp.array([0.1, 2.0, float("inf")], jnp.bfloat16)).tolist()
       ['0.1', '2.0', 'inf']
     """
@@ -193,7 +194,7 @@ def format(x: jax.typing.ArrayLike) -> str:
 
     Examples:
       >>> import jax.numpy as jnp
-      >>> from heddle.policy._format import format
+      >>> from heddle.policy import format
       >>> format(jnp.bfloat16(0.1))
       '0.1'
       >>> format(jnp.float16(65504))

@@ -41,6 +41,8 @@ NUMPY_OTHER = {
     "result_type": "heddle.policy.result_type",
     "linalg": "the heddle.numpy.linalg namespace",
     "fft": "the heddle.numpy.fft namespace",
+    "array_repr": "heddle/ops/_printing.py: narrow floats as shortest round-trip decimals",
+    "array_str": "heddle/ops/_printing.py: narrow floats as shortest round-trip decimals",
 }
 
 

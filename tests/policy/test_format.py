@@ -17,8 +17,8 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from heddle.policy import format, format_values
 from heddle.policy._errors import UnknownDTypeError
-from heddle.policy._format import format, format_values
 
 
 def reads_back(text: str, bits: int, fmt: ref.Format) -> bool:
@@ -140,3 +140,48 @@ def test_one_value_only_and_the_suggested_fix_works():
 def test_unknown_dtype():
     with pytest.raises(UnknownDTypeError):
         format(np.asarray("a"))
+
+
+# ---- heddle.numpy's array printing ---------------------------------------------------------------
+
+
+def test_array_repr_of_narrow_floats_hand_checked():
+    import heddle.numpy as hnp
+
+    # bfloat16(1/3) = 0.333984375, spacing 2**-9: the reals rounding to it span [0.33301, 0.33496],
+    # so "0.33" is outside and "0.334" the shortest; bfloat16(0.1) = 0.10009765625 prints "0.1"
+    x = hnp.asarray([0.1, 1 / 3], dtype="bfloat16")
+    assert hnp.array_repr(x) == "Array([0.1, 0.334], dtype=bfloat16)"
+    assert hnp.array_str(x) == "[0.1 0.334]"
+    assert hnp.array_str(hnp.asarray([65504, -0.0], dtype="float16")) == "[65500.0 -0.0]"
+
+
+@pytest.mark.parametrize("name", [n for n in ref.SMALL if ref.FORMATS[n].nbits <= 8])
+def test_array_str_prints_every_8_bit_value_so_that_it_reads_back(name):
+    import heddle.numpy as hnp
+
+    fmt = ref.FORMATS[name]
+    x = ref.all_patterns(fmt)
+    with np.printoptions(threshold=10**6, linewidth=10**6):
+        tokens = hnp.array_str(x)[1:-1].split()
+    assert len(tokens) == x.size
+    for t, b in zip(tokens, ref.bits_of(x), strict=True):
+        assert reads_back(t, int(b), fmt) and shortest(t, int(b), fmt), (t, int(b))
+
+
+@pytest.mark.parametrize(
+    "x",
+    [
+        jnp.asarray([1.5, 2.25, 1e-8], jnp.float32),
+        jnp.asarray([[1, -2], [3, 4]], jnp.int8),
+        jnp.asarray(0.5),  # weakly typed
+        jnp.asarray([True, False]),
+        jnp.asarray([1 + 2j], jnp.complex64),
+    ],
+    ids=["float32", "int8", "weak", "bool", "complex64"],
+)
+def test_array_repr_of_other_dtypes_is_jax_repr(x):
+    import heddle.numpy as hnp
+
+    assert hnp.array_repr(x) == repr(x)
+    assert hnp.array_str(x) == str(x)
