@@ -161,12 +161,12 @@ def _representative(sig: Any) -> Any:
 
 
 @functools.lru_cache(maxsize=8192)
-def _plan(spec: OpSpec, p: Policy, sigs: tuple, dtype_arg: Any, x64: bool) -> tuple:
+def _plan(spec: OpSpec, p: Policy, sigs: tuple, dtype_arg: Any, x64: bool, widen: bool) -> tuple:
     operands = tuple(_representative(s) for s in sigs)
     common = _scalars.resolve(operands, p)
     typed_dtypes = [o for o in operands if isinstance(o, np.dtype)]
     typed = _scalars.resolve(tuple(typed_dtypes), p) if typed_dtypes else None
-    dtypes = _result_and_compute(spec, common, dtype_arg, p)
+    dtypes = _result_and_compute(spec, common, dtype_arg, p, widen)
     for d in set(dtypes) - {None}:
         D.require_available(d, f"heddle.numpy.{getattr(spec.fn, '__name__', 'op')}")
     precision = (
@@ -178,7 +178,7 @@ def _plan(spec: OpSpec, p: Policy, sigs: tuple, dtype_arg: Any, x64: bool) -> tu
 
 
 @functools.cache
-def _widens_narrow_contractions() -> bool:
+def widens_narrow_contractions() -> bool:
     """Whether narrow float contraction operands are widened before the dot (on CPU only).
 
     XLA:CPU multiplies float32 matrices faster than it multiplies bfloat16/float16/float8 matrices
@@ -189,19 +189,19 @@ def _widens_narrow_contractions() -> bool:
     return jax.default_backend() == "cpu"
 
 
-def contraction_operand_dtype(common: np.dtype, acc: np.dtype) -> np.dtype:
+def contraction_operand_dtype(common: np.dtype, acc: np.dtype, widen: bool) -> np.dtype:
     """The dtype a contraction's operands (of promotion ``common``, accumulating in ``acc``) are fed
     to the dot in: ``common``, or ``acc`` for sub-byte integers (XLA cannot widen them inside a dot)
-    and, on CPU, for narrow floats (see ``_widens_narrow_contractions``)."""
+    and, where ``widen`` (``widens_narrow_contractions()``: on CPU), for narrow floats."""
     k = D.kind(common)
     if k in "iu" and int(D.iinfo(common).bits) < 8:
         return acc
-    if k == "f" and common.itemsize < 4 and _widens_narrow_contractions():
+    if k == "f" and common.itemsize < 4 and widen:
         return acc
     return common
 
 
-def _result_and_compute(spec: OpSpec, common: np.dtype, dtype_arg: Any, p: Policy):
+def _result_and_compute(spec: OpSpec, common: np.dtype, dtype_arg: Any, p: Policy, widen: bool):
     """(result dtype, dtype the operands are converted to, compute dtype, accumulation dtype)."""
     if spec.plan is Plan.ACC_DTYPE:
         if spec.op_class is OpClass.REDUCTION:
@@ -220,7 +220,7 @@ def _result_and_compute(spec: OpSpec, common: np.dtype, dtype_arg: Any, p: Polic
         else:
             result = D.dtype(dtype_arg)
         acc = _rules.acc_dtype(result, p)
-        return result, common, contraction_operand_dtype(common, acc), acc
+        return result, common, contraction_operand_dtype(common, acc, widen), acc
     result = _rules.result_dtype(spec.op_class, common, policy=p)
     if spec.op_class in (OpClass.COMPARISON, OpClass.INDEX, OpClass.SELECTION):
         return result, common, common, None
@@ -413,11 +413,11 @@ def make_op(name: str, spec: OpSpec) -> Callable[..., Any]:
                 x if s is not None else asarray(x) for x, s in zip(operands, sigs, strict=True)
             )
             sigs = tuple(map(_signature, operands))
-        key = (id(p), sigs, dtype_arg, D.x64_enabled())
+        key = (id(p), sigs, dtype_arg, D.x64_enabled(), widens_narrow_contractions())
         hit = plans.get(key)
         if hit is None or hit[0] is not p:
             d_arg = None if dtype_arg is None else D.dtype(dtype_arg)
-            hit = plans[key] = (p, _plan(spec, p, sigs, d_arg, key[3]), {})
+            hit = plans[key] = (p, _plan(spec, p, sigs, d_arg, *key[3:]), {})
         _, plan, kernels = hit
         if p.check_scalar_range and any(type(s) is not tuple or s[1] for s in sigs):
             _check_scalars(operands, sigs, plan, p)

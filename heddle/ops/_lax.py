@@ -23,6 +23,7 @@ import jax
 import numpy as np
 from jax import lax
 
+from heddle.ops import _core
 from heddle.ops._core import cast, compute_dtype, contraction_operand_dtype, materialise
 from heddle.policy import _dtypes as D
 from heddle.policy import _rules, _scalars
@@ -39,7 +40,7 @@ def contraction_dtypes(
     """(result, operand dtype, accumulation dtype) of a contraction of ``lhs`` and ``rhs``."""
     common = _scalars.resolve((lhs, rhs), p)
     result, acc = _rules.reduction_dtypes(common, preferred, p)
-    return result, contraction_operand_dtype(common, acc), acc
+    return result, contraction_operand_dtype(common, acc, _core.widens_narrow_contractions()), acc
 
 
 def _contraction(fn: Callable[..., Any], name: str) -> Callable[..., Any]:

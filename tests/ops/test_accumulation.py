@@ -66,3 +66,38 @@ def test_integer_sums_scans_and_contractions_widen(transform):
     m = np.full((4, 300), 100, np.int8)
     got = transform(hnp.matmul)(m, m.T)
     assert got.dtype == np.int32 and int(got[0, 0]) == 300 * 100 * 100
+
+
+@pytest.mark.parametrize("widen", [True, False], ids=["widened (CPU)", "narrow operands (GPU)"])
+def test_both_contraction_paths_accumulate_in_float32(monkeypatch, widen):
+    """On CPU narrow contraction operands are widened to float32 before the dot; on GPU they go to
+    the dot as they are, with preferred_element_type=float32. Both paths, forced here under jit (a
+    trace never reuses an eager kernel), feed the dot what they say and meet the same bound."""
+    import jax
+
+    import heddle.lax as hlax
+    from heddle.ops import _core
+
+    monkeypatch.setattr(_core, "widens_narrow_contractions", lambda: widen)
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((8, 4096)).astype(ml_dtypes.bfloat16)
+    b = rng.standard_normal((4096, 8)).astype(ml_dtypes.bfloat16)
+    exact = a.astype(np.float64) @ b.astype(np.float64)
+    bound = (
+        4096 * 2.0**-24 * (np.abs(a.astype(np.float64)) @ np.abs(b.astype(np.float64)))
+        + np.abs(exact) * 2.0**-8
+    )
+    operand = np.float32 if widen else ml_dtypes.bfloat16
+    # fresh functions: JAX's trace caches must not hand back the other parameter's trace
+    for f in (
+        lambda x, y: hnp.matmul(x, y),
+        lambda x, y: hlax.dot(x, y),
+        lambda x, y: hnp.einsum("ij,jk->ik", x, y),
+    ):
+        dots = [e for e in jax.make_jaxpr(f)(a, b).jaxpr.eqns if e.primitive.name == "dot_general"]
+        assert len(dots) == 1
+        assert [v.aval.dtype for v in dots[0].invars] == [operand, operand]
+        assert dots[0].outvars[0].aval.dtype == np.float32
+        got = jax.jit(f)(a, b)
+        assert got.dtype == ml_dtypes.bfloat16
+        assert (np.abs(np.asarray(got, np.float64) - exact) <= bound).all()
