@@ -17,7 +17,7 @@ import math
 import jax
 import numpy as np
 
-from heddle.policy._casts import Layout, layout
+from heddle.policy._bits import Layout, layout
 from heddle.policy._dtypes import dtype as parse_dtype
 from heddle.policy._dtypes import kind
 from heddle.policy._errors import message
