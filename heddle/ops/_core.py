@@ -99,6 +99,10 @@ _REPRESENTATIVE = {bool: True, int: 0, float: 0.0, complex: 0j}
 def _python_scalar_as(x: Any, kind_type: type, d: np.dtype) -> np.ndarray:
     if D.kind(d) == "f" and _lattice.finite_values(d) is not None:
         return _round_scalar(complex(x).real if kind_type is complex else x, d)
+    if D.kind(d) in "iu" and kind_type is int:
+        lo, hi = D.int_range(d)
+        if not lo <= x <= hi:  # only without range checks (policy.JAX): wrap, as JAX does
+            x = (x - lo) % (hi - lo + 1) + lo
     return np.asarray(x, d)  # NumPy rounds float64 -> float32 once, and ints convert exactly
 
 

@@ -97,3 +97,14 @@ def test_traced_calls_after_eager_ones():
     jaxpr = jax.make_jaxpr(hnp.exp)(a)
     names = [e.primitive.name for e in jaxpr.jaxpr.eqns]
     assert names == ["convert_element_type", "exp", "convert_element_type"], names
+
+
+def test_out_of_range_ints_wrap_like_jax_under_the_jax_policy():
+    a = jnp.asarray([0, 1], jnp.uint8)
+    with policy.use(policy.JAX):  # no range checks: JAX's own behaviour, two's complement
+        for _ in range(2):
+            got = hnp.add(a, -2)
+            assert got.dtype == jnp.uint8 and np.asarray(got).tolist() == [254, 255]
+            assert np.asarray(hnp.add(jnp.asarray([0], jnp.int8), 130)).tolist() == [-126]
+    with pytest.raises(policy.ScalarRangeError):
+        hnp.add(a, -2)
