@@ -12,6 +12,18 @@ import inspect
 import pathlib
 from typing import Any
 
+NAMESPACES = (
+    "heddle",
+    "heddle.policy",
+    "heddle.numpy",
+    "heddle.nn",
+    "heddle.lax",
+    "heddle.autodiff",
+    "heddle.scaling",
+    "heddle.quant",
+)
+"""The public namespaces, in the order docs/api.md lists them."""
+
 
 def attribute_doc(module_name: str, name: str) -> str | None:
     """The attribute docstring of a data name: a non-empty string literal right after its assignment.

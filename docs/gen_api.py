@@ -377,16 +377,7 @@ def render() -> str:
     Returns:
       docs/api.md's text.
     """
-    order = [
-        "heddle",
-        "heddle.policy",
-        "heddle.numpy",
-        "heddle.nn",
-        "heddle.lax",
-        "heddle.autodiff",
-        "heddle.scaling",
-        "heddle.quant",
-    ]
+    order = _docgen.NAMESPACES
     head = [
         "# API reference",
         "",

@@ -26,18 +26,10 @@ import jax
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-NAMESPACES = [
-    "heddle",
-    "heddle.policy",
-    "heddle.numpy",
-    "heddle.nn",
-    "heddle.lax",
-    "heddle.autodiff",
-    "heddle.scaling",
-]
 JAX_TWINS = {"heddle.numpy": "jax.numpy", "heddle.nn": "jax.nn", "heddle.lax": "jax.lax"}
 # the docs generators' docstring lookup (docs/ is not a package: loaded by path)
 _docgen = types.SimpleNamespace(**runpy.run_path(str(ROOT / "docs" / "_docgen.py")))
+NAMESPACES = _docgen.NAMESPACES
 
 
 def load(name: str) -> types.ModuleType:
