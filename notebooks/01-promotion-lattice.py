@@ -24,29 +24,13 @@
 # heddle, and a `TypePromotionError` in JAX.
 
 # %%
-import matplotlib
-
-matplotlib.use("Agg")
+from _plotting import show  # Agg backend at 80 dpi; show(fig) displays a figure
 import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.colors import ListedColormap
 from matplotlib.patches import Patch, Rectangle
 
 from heddle import policy
-
-plt.rcParams.update({"figure.dpi": 80, "savefig.dpi": 80})
-
-
-def show(fig):
-    """Shows a figure as a PNG at 80 dpi (the Agg backend draws nothing by itself) and closes it."""
-    import io
-
-    from IPython.display import Image, display
-
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=80, bbox_inches="tight")
-    plt.close(fig)
-    display(Image(data=buf.getvalue()))
 
 
 HEDDLE, JAX = policy.HEDDLE.table, policy.JAX.table

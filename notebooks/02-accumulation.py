@@ -24,10 +24,7 @@
 # error against length for `sum`, `cumsum` and the inner dimension of `matmul`.
 
 # %%
-import matplotlib
-
-matplotlib.use("Agg")
-import io
+from _plotting import show  # Agg backend at 80 dpi; show(fig) displays a figure
 from fractions import Fraction
 
 import jax
@@ -35,20 +32,9 @@ import jax.numpy as jnp
 import matplotlib.pyplot as plt
 import ml_dtypes
 import numpy as np
-from IPython.display import Image, display
 
 import heddle.lax as hlax
 import heddle.numpy as hnp
-
-plt.rcParams.update({"figure.dpi": 80, "savefig.dpi": 80})
-
-
-def show(fig):
-    """Shows a figure as a PNG at 80 dpi (the Agg backend draws nothing by itself) and closes it."""
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=80, bbox_inches="tight")
-    plt.close(fig)
-    display(Image(data=buf.getvalue()))
 
 
 print("jax", jax.__version__, "on", jax.devices()[0].platform)

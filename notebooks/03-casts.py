@@ -26,10 +26,7 @@
 # the same file (integer and `Fraction` arithmetic on the host: no XLA, no ml_dtypes).
 
 # %%
-import matplotlib
-
-matplotlib.use("Agg")
-import io
+from _plotting import show  # Agg backend at 80 dpi; show(fig) displays a figure
 import pathlib
 import sys
 import warnings
@@ -40,7 +37,6 @@ import jax.numpy as jnp
 import matplotlib.pyplot as plt
 import ml_dtypes
 import numpy as np
-from IPython.display import Image, display
 from jax import lax
 
 import heddle
@@ -48,16 +44,6 @@ import heddle
 ROOT = next(p for p in (pathlib.Path.cwd(), *pathlib.Path.cwd().parents) if (p / "tests").is_dir())
 sys.path.insert(0, str(ROOT / "tests" / "policy"))
 import _reference as ref  # the cast tests' exact reference and case generators
-
-plt.rcParams.update({"figure.dpi": 80, "savefig.dpi": 80})
-
-
-def show(fig):
-    """Shows a figure as a PNG at 80 dpi (the Agg backend draws nothing by itself) and closes it."""
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=80, bbox_inches="tight")
-    plt.close(fig)
-    display(Image(data=buf.getvalue()))
 
 
 def dt(name):
@@ -188,4 +174,4 @@ print("heddle.astype: no wrong result on", sum(sizes[s] for s in SOURCES) * len(
 #   heddle handles as POLICY.md 6 says.
 # - **heddle.astype** gives the correctly rounded result on every input. It uses XLA's `convert` where
 #   that is already correct and computes the other pairs from the bit patterns with integer arithmetic
-#   (`heddle/policy/_casts.py`).
+#   (`heddle/policy/_casts.py` picks the path; the integer arithmetic is in `heddle/policy/_bits.py`).

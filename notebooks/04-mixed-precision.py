@@ -28,27 +28,13 @@
 # the regimes.
 
 # %%
-import matplotlib
-
-matplotlib.use("Agg")
-import io
+from _plotting import show  # Agg backend at 80 dpi; show(fig) displays a figure
 
 import jax
 import matplotlib.pyplot as plt
 import numpy as np
-from IPython.display import Image, display
 
 from heddle import demo
-
-plt.rcParams.update({"figure.dpi": 80, "savefig.dpi": 80})
-
-
-def show(fig):
-    """Shows a figure as a PNG at 80 dpi (the Agg backend draws nothing by itself) and closes it."""
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=80, bbox_inches="tight")
-    plt.close(fig)
-    display(Image(data=buf.getvalue()))
 
 
 for regime in demo.REGIMES.values():

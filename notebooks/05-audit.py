@@ -24,29 +24,15 @@
 # heddle's namespaces, audited clean; and the one trap that remains (Python operators).
 
 # %%
-import matplotlib
-
-matplotlib.use("Agg")
-import io
+from _plotting import show  # Agg backend at 80 dpi; show(fig) displays a figure
 
 import jax
 import jax.numpy as jnp
 import matplotlib.pyplot as plt
-from IPython.display import Image, display
 
 import heddle.nn as hnn
 import heddle.numpy as hnp
 from heddle import autodiff, policy
-
-plt.rcParams.update({"figure.dpi": 80, "savefig.dpi": 80})
-
-
-def show(fig):
-    """Shows a figure as a PNG at 80 dpi (the Agg backend draws nothing by itself) and closes it."""
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=80, bbox_inches="tight")
-    plt.close(fig)
-    display(Image(data=buf.getvalue()))
 
 
 def findings(report):
