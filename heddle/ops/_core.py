@@ -218,12 +218,8 @@ def _result_and_compute(spec: OpSpec, common: np.dtype, dtype_arg: Any, p: Polic
             )
             acc = _rules.reduction_dtypes(common, result, p)[1]
         return result, acc, acc, acc
-    if spec.plan is Plan.PREFERRED:
-        if dtype_arg is None:
-            result = _rules.result_dtype(OpClass.REDUCTION, common, policy=p)
-        else:
-            result = D.dtype(dtype_arg)
-        acc = _rules.acc_dtype(result, p)
+    if spec.plan is Plan.PREFERRED:  # accumulates in the wider of the input's and result's acc
+        result, acc = _rules.reduction_dtypes(common, dtype_arg, p)
         return result, common, contraction_operand_dtype(common, acc, widen), acc
     result = _rules.result_dtype(spec.op_class, common, policy=p)
     if spec.op_class in (OpClass.COMPARISON, OpClass.INDEX, OpClass.SELECTION):

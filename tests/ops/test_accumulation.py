@@ -101,3 +101,28 @@ def test_both_contraction_paths_accumulate_in_float32(monkeypatch, widen):
         got = jax.jit(f)(a, b)
         assert got.dtype == ml_dtypes.bfloat16
         assert (np.abs(np.asarray(got, np.float64) - exact) <= bound).all()
+
+
+def test_a_narrower_preferred_element_type_still_accumulates_at_the_inputs_acc_dtype():
+    """POLICY.md 4: an explicit result dtype narrower than the input's accumulates in the wider of
+    the two accumulation dtypes. 1 + 2**-11 + 2**-40 is just above a float16 tie: summed in float64
+    it rounds up to 1 + 2**-10; summed in float32 the 2**-40 is lost and the tie rounds to 1."""
+    import jax
+
+    a = np.array([1 + 2.0**-11, 2.0**-40])
+    ones = np.ones(2)
+    exact = Fraction(1) + Fraction(1, 2**11) + Fraction(1, 2**40)
+    want = _round_once(exact, np.float16)
+    assert want == 1 + 2.0**-10
+    with jax.enable_x64(True):
+        a64, o64 = jnp.asarray(a), jnp.asarray(ones)
+        for f in (
+            lambda: hnp.dot(a64, o64, preferred_element_type=jnp.float16),
+            lambda: hnp.matmul(a64, o64, preferred_element_type=jnp.float16),
+            lambda: hnp.einsum("i,i", a64, o64, preferred_element_type=jnp.float16),
+        ):
+            got = f()
+            assert got.dtype == np.float16 and float(got) == want
+        i = jnp.asarray([100, 100], jnp.int64)  # 20000 in int64, then wrapped to int8
+        got = hnp.dot(i, i, preferred_element_type=jnp.int8)
+        assert got.dtype == np.int8 and int(got) == 20000 - 78 * 256
