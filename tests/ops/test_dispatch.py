@@ -108,3 +108,28 @@ def test_out_of_range_ints_wrap_like_jax_under_the_jax_policy():
             assert np.asarray(hnp.add(jnp.asarray([0], jnp.int8), 130)).tolist() == [-126]
     with pytest.raises(policy.ScalarRangeError):
         hnp.add(a, -2)
+
+
+def test_call_shapes_differing_only_in_dtype_or_weak_type_do_not_share_a_kernel():
+    b = jnp.asarray([1.0, 2.5], BF16)
+    h = jnp.asarray([1.0, 2.5], jnp.float16)
+    strong = jnp.asarray([1.0, 2.5], jnp.float32)
+    weak = jnp.asarray(2.5)  # weakly typed float32: takes the other operand's dtype
+    assert weak.weak_type
+    for _ in range(2):
+        for x, d in ((b, BF16), (h, np.float16)):
+            out = hnp.multiply(x, 3.0)
+            assert out.dtype == d and np.asarray(out, np.float64).tolist() == [3.0, 7.5]
+        assert hnp.add(b, weak).dtype == BF16
+        assert hnp.add(b, strong).dtype == np.float32  # float32 holds bfloat16
+
+
+def test_narrow_contractions_are_widened_exactly_on_cpu_only():
+    from heddle.ops import _core
+
+    assert _core.widens_narrow_contractions() == (jax.default_backend() == "cpu")
+    a = jnp.asarray([[1.0, 2.0]], BF16)
+    eqns = jax.make_jaxpr(lambda x: hnp.matmul(x, x.T))(a).jaxpr.eqns
+    (dot,) = [e for e in eqns if e.primitive.name == "dot_general"]
+    widened = jax.default_backend() == "cpu"
+    assert [v.aval.dtype for v in dot.invars] == [np.float32 if widened else BF16] * 2
