@@ -70,6 +70,7 @@ _COPYING = frozenset(
         "sharding_constraint",
         "slice",
         "squeeze",
+        "tile",
         "transpose",
     }
 )

@@ -191,3 +191,18 @@ def test_contraction_of_narrow_leaves_of_every_width(dtype, transform):
     assert gw.dtype == gx.dtype == F32
     np.testing.assert_array_equal(np.asarray(gw), xs.T @ (2 * y))
     np.testing.assert_array_equal(np.asarray(gx), (2 * y) @ ws.T)
+
+
+@pytest.mark.parametrize("op", ["tile", "repeat", "broadcast_to"])
+def test_copying_ops_sum_their_cotangents_in_float32(op, transform):
+    """A bfloat16 value copied 65,474 times (lax's tile primitive, repeat, broadcast): its gradient is
+    the exact count 65474, which bfloat16 (8 significant bits) cannot hold: a bfloat16 sum is 65536."""
+    n = 65474
+    copy = {
+        "tile": lambda b: hnp.tile(b, n),
+        "repeat": lambda b: hnp.repeat(b, n),
+        "broadcast_to": lambda b: hnp.broadcast_to(b, (n,)),
+    }[op]
+    b = jnp.ones(1, BF16)
+    g = transform(autodiff.grad(lambda b: hnp.sum(hnp.astype(copy(b), F32))))(b)
+    assert g.dtype == F32 and float(g[0]) == n
