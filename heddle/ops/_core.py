@@ -186,7 +186,8 @@ def widens_narrow_contractions() -> bool:
     """Whether narrow float contraction operands are widened before the dot (on CPU only).
 
     XLA:CPU multiplies float32 matrices faster than it multiplies bfloat16/float16/float8 matrices
-    into a float32 result (about 1.3x at 1024**3, ``benchmarks/bench_ops.py``). Widening is exact, so
+    into a float32 result (``python benchmarks/bench_ops.py`` measures both against jax.numpy's
+    bfloat16 matmul at 1024**3; recorded in benchmarks/RESULTS.md). Widening is exact, so
     the dot is the same float32-accumulated contraction. GPUs keep the narrow operands: their
     matrix units take them directly.
     """

@@ -2,8 +2,8 @@
 
 ``heddle.numpy.array_repr`` and ``array_str`` print narrow floats (bfloat16, float16, float8, float4) as
 ``heddle.policy.format`` does: ``bfloat16(0.1)`` prints ``0.1``, where NumPy's printing of an ml_dtypes
-array shows ``0.100098``. Other dtypes print as NumPy prints them. Importing heddle changes no global
-printing: a JAX array's own ``repr`` is JAX's.
+array shows ``0.100098``. Other dtypes print exactly as a JAX array's own ``repr``/``str`` does.
+Importing heddle changes no global printing: a JAX array's own ``repr`` is JAX's.
 """
 
 from __future__ import annotations
