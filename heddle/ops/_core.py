@@ -354,13 +354,26 @@ class _Fast(NamedTuple):
         return out
 
 
+CACHE_LIMIT = 4096
+"""How many entries one op's call cache holds before it starts again (a bound on memory)."""
+
+
+def remember(cache: dict, key: Any, value: Any) -> Any:
+    """Stores ``value`` under ``key`` in one of an op's call caches, emptying it first when full."""
+    if len(cache) >= CACHE_LIMIT:
+        cache.clear()
+    cache[key] = value
+    return value
+
+
 def make_op(name: str, spec: OpSpec) -> Callable[..., Any]:
     """Builds the public function for ``spec`` with the signature of ``spec.fn``."""
     if spec.plan is Plan.PASS:
         return spec.fn
 
     dtype_kw = {Plan.ACC_DTYPE: "dtype", Plan.PREFERRED: "preferred_element_type"}.get(spec.plan)
-    # (id(policy), signatures, dtype=, x64) -> (policy, dtype plan, {template: jitted steps 2-4})
+    # (id(policy), signatures, dtype=, x64) -> (policy, dtype plan, {template: jitted steps 2-4});
+    # policies are interned (heddle.policy.use), so equal policies share one id
     plans: dict[tuple, tuple] = {}
     # eager calls seen before (no value operand None, weak-typed or host data; no value keyword):
     # (id(policy), x64, argument keys) -> _Fast, so a repeat costs one lookup and one dispatch
@@ -418,7 +431,7 @@ def make_op(name: str, spec: OpSpec) -> Callable[..., Any]:
         hit = plans.get(key)
         if hit is None or hit[0] is not p:
             d_arg = None if dtype_arg is None else D.dtype(dtype_arg)
-            hit = plans[key] = (p, _plan(spec, p, sigs, d_arg, *key[3:]), {})
+            hit = remember(plans, key, (p, _plan(spec, p, sigs, d_arg, *key[3:]), {}))
         _, plan, kernels = hit
         if p.check_scalar_range and any(type(s) is not tuple or s[1] for s in sigs):
             _check_scalars(operands, sigs, plan, p)
@@ -442,7 +455,7 @@ def make_op(name: str, spec: OpSpec) -> Callable[..., Any]:
             pos = template[0][0]
             pos = None if tuple(pos) == tuple(range(len(args))) and not kwargs else pos
             scalars = tuple(i for i, s in enumerate(sigs) if type(s) is not tuple)
-            fast[key_] = _Fast(p, plan, kernel, pos, scalars, {})  # (weak arrays: range checks)
+            remember(fast, key_, _Fast(p, plan, kernel, pos, scalars, {}))  # (weak: range checks)
         return out
 
     op.__doc__ = _doc(name, spec, spec.fn)

@@ -17,7 +17,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from heddle.ops._core import cast, compute_dtype, materialise
+from heddle.ops._core import cast, compute_dtype, materialise, remember
 from heddle.policy import _dtypes as D
 from heddle.policy import _lattice, _rules, _scalars
 from heddle.policy._policy import Policy, current
@@ -209,7 +209,7 @@ def float_op(
                 a, k = _fill(template, arrays)
                 return compute(a, k, result, p)
 
-            kernel = kernels[key] = jax.jit(run)
+            kernel = remember(kernels, key, jax.jit(run))
         return kernel(*arrays)
 
     return op

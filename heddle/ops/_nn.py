@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from heddle.ops._core import cast, compute_dtype, materialise
+from heddle.ops._core import cast, compute_dtype, materialise, remember
 from heddle.ops._float_op import float_op, host_data, precision_scope, round_outputs
 from heddle.policy import _dtypes as D
 from heddle.policy import _rules, _scalars
@@ -281,8 +281,10 @@ def _policy_init(inner: Callable[..., Any], default: Any, qualname: str) -> Call
         except TypeError:  # an unhashable argument: sample op by op
             return sample(key, shape, d, p, kwargs)
         if kernel is None:
-            kernel = kernels[k] = jax.jit(
-                functools.partial(sample, shape=tuple(shape), d=d, p=p, kwargs=kwargs)
+            kernel = remember(
+                kernels,
+                k,
+                jax.jit(functools.partial(sample, shape=tuple(shape), d=d, p=p, kwargs=kwargs)),
             )
         return kernel(key)
 

@@ -1,14 +1,19 @@
 """The active ``Policy``: the promotion table plus the defaults every op reads.
 
-A ``Policy`` is a frozen, hashable value. The active one lives in a ``jax.make_user_context``
-context, so it is thread-local and part of ``jax.jit``'s cache key: a function traced under one policy
-is traced again under another, never reused stale.
+A ``Policy`` is a frozen, hashable value. The active one is held in a ``contextvars.ContextVar``, so
+each thread and each asyncio task sees its own, and ``with`` blocks that interleave (tasks, generators
+suspended inside a block) can close in any order without leaking a policy. It is mirrored into a
+``jax.make_user_context`` value, which is part of ``jax.jit``'s cache key: a function traced under one
+policy is traced again under another, never reused stale. Equal policies are interned, so a block that
+rebuilds the same policy (``default_dtypes``) reuses every cache made under it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import dataclasses
+import functools
 import os
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -171,6 +176,19 @@ class Policy:
                 )
         return cls(name=name, table=PromotionTable(cells, name), **fields)
 
+    def __hash__(self) -> int:
+        # A policy is hashed on every jitted call inside a block (it is part of the jit cache key):
+        # compute the field hash once.
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = hash(tuple(getattr(self, f.name) for f in dataclasses.fields(self)))
+            object.__setattr__(self, "_hash", h)
+        return h
+
+    def __getstate__(self) -> dict[str, Any]:
+        # The cached hash is of this process's string hashes: never carry it into another process.
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
+
     def promote(self, a: Any, b: Any) -> np.dtype:
         """The promotion of two dtypes under this policy (dtype-likes, no scalars).
 
@@ -220,27 +238,51 @@ JAX = Policy(
 """JAX's own promotion table (``jax.numpy.promote_types``), for comparison and migration."""
 
 
-_ACTIVE = jax.make_user_context(default_value=None)
+# The blocks open in this context, innermost last: (policy, marker) pairs. A block removes its own
+# entry when it closes, so blocks that close out of order (a generator suspended inside one, asyncio
+# tasks that share a thread) never leave a policy behind.
+_OPEN: contextvars.ContextVar[tuple[tuple[Policy, object], ...]] = contextvars.ContextVar(
+    "heddle_policy", default=()
+)
+# The same value as a JAX context, which jax.jit reads for its cache key (thread-local, kept in step
+# with _OPEN whenever a block opens or closes and whenever heddle reads the policy).
+_JIT_KEY = jax.make_user_context(default_value=None)
+_INTERNED: dict[Policy, Policy] = {HEDDLE: HEDDLE, JAX: JAX}
+
+
+def _intern(p: Policy) -> Policy:
+    """The one instance of ``p``'s value: caches keyed on the instance are shared by equal policies."""
+    return _INTERNED.setdefault(p, p)
+
+
+def _sync(p: Policy | None) -> None:
+    if _JIT_KEY.value is not p:
+        _JIT_KEY._obj.set_local(p)
 
 
 def current() -> Policy:
-    """The active policy of this thread (``HEDDLE`` unless inside ``use``).
+    """The active policy of this thread or asyncio task (``HEDDLE`` unless inside ``use``).
 
     Examples:
       >>> from heddle import policy
       >>> policy.current().name
       'heddle'
     """
-    p = _ACTIVE.value
+    stack = _OPEN.get()
+    p = stack[-1][0] if stack else None
+    _sync(p)
     return HEDDLE if p is None else p
 
 
 @contextlib.contextmanager
 def use(p: Policy) -> Iterator[Policy]:
-    """Makes ``p`` the active policy of this thread inside the ``with`` block.
+    """Makes ``p`` the active policy inside the ``with`` block, for this thread or asyncio task.
 
     The policy is part of ``jax.jit``'s cache key, so a jitted function called inside the block is
-    traced under ``p``.
+    traced under ``p``. Each asyncio task has its own active policy (it starts with the one in force
+    where the task was created); a generator suspended inside a block leaves its policy active for its
+    caller until it resumes and closes the block, as any ``with`` block does. Blocks may close in any
+    order: each removes only its own policy.
 
     Args:
       p: the policy.
@@ -265,8 +307,16 @@ def use(p: Policy) -> Iterator[Policy]:
                 "Pass e.g. heddle.policy.HEDDLE or heddle.policy.JAX.",
             )
         )
-    with _ACTIVE(p):
+    p = _intern(p)
+    entry = (p, object())
+    _OPEN.set((*_OPEN.get(), entry))
+    _sync(p)
+    try:
         yield p
+    finally:
+        rest = tuple(e for e in _OPEN.get() if e is not entry)
+        _OPEN.set(rest)
+        _sync(rest[-1][0] if rest else None)
 
 
 @contextlib.contextmanager
@@ -308,5 +358,10 @@ def default_dtypes(float: Any = None, int: Any = None, complex: Any = None) -> I
                 )
             )
         changes[field] = d
-    with use(dataclasses.replace(current(), **changes)) as p:
+    with use(_with_defaults(current(), tuple(changes.items()))) as p:
         yield p
+
+
+@functools.lru_cache(maxsize=256)
+def _with_defaults(p: Policy, changes: tuple[tuple[str, np.dtype], ...]) -> Policy:
+    return _intern(dataclasses.replace(p, **dict(changes)))

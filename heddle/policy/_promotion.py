@@ -57,7 +57,7 @@ class PromotionTable(Mapping[Pair, "np.dtype | None"]):
         return self._hash
 
     def __eq__(self, other: object) -> bool:
-        return (
+        return self is other or (
             isinstance(other, PromotionTable)
             and self._hash == other._hash
             and self._cells == other._cells
