@@ -72,6 +72,8 @@ class DynamicLossScale(NamedTuple):
 
     Every field is a device array and a pytree leaf. Built by ``DynamicLossScale.create`` or by
     ``dynamic_loss_scale(...).init``; read from an optimiser state with ``loss_scale_state``.
+    ``update`` keeps every field's dtype (the dtypes below are those ``create`` gives), and
+    ``heddle.policy.Precision`` casts leave the state as it is.
 
     Attributes:
       scale: float32[], the factor the loss is multiplied by (a power of two with the defaults).

@@ -31,8 +31,15 @@ def _state(opt, scale_dtype, count_dtype):
     return s._replace(loss_scale=ls)
 
 
-@pytest.mark.parametrize("scale_dtype", [jnp.float16, jnp.bfloat16, jnp.float32])
-@pytest.mark.parametrize("count_dtype", [jnp.int32, jnp.int16, jnp.uint8])
+@pytest.mark.parametrize(
+    ("scale_dtype", "count_dtype"),
+    [
+        (jnp.float16, jnp.int32),
+        (jnp.bfloat16, jnp.int16),
+        (jnp.float32, jnp.uint8),
+        (jnp.float16, jnp.uint8),
+    ],
+)
 def test_every_field_keeps_its_dtype_through_every_kind_of_step(
     scale_dtype, count_dtype, transform
 ):
