@@ -47,13 +47,11 @@ def _concrete(x: Any) -> float | None:
         return None
 
 
-def _number(
-    x: Any, what: str, low: Any, high: Any, lo_ok: bool, hi_ok: bool, fix: str, *, f32: bool = True
-) -> Any:
+def _number(x: Any, what: str, low: Any, high: Any, lo_ok: bool, hi_ok: bool, fix: str) -> Any:
     """Checks one real hyperparameter; returns it as a float, or as it is when traced.
 
-    With ``f32`` the value must also be a normal float32 (the dtype the scale is computed in), so
-    that no bound, scale or factor becomes inf or 0 once it is applied.
+    The value must also be a normal float32 (the dtype the scale is computed in), so that no bound,
+    scale or factor becomes inf or 0 once it is applied.
     """
     asked = f"dynamic_loss_scale({what}={x!r})"
     if isinstance(x, str | bytes | bool) or np.shape(x) != ():
@@ -83,7 +81,7 @@ def _number(
         lo_s = "[" if lo_ok else "("
         hi_s = "]" if hi_ok else ")"
         raise ValueError(message(asked, f"{what} must be a number in {lo_s}{lo}, {hi}{hi_s}", fix))
-    if f32 and not F32_TINY <= v <= F32_MAX:
+    if not F32_TINY <= v <= F32_MAX:
         raise ValueError(
             message(
                 asked,
@@ -155,7 +153,7 @@ def _to_varying(x: Any, axes: frozenset) -> Any:
 
 
 def _types_of_step(finite: jax.Array, step: Any, old: Any) -> tuple[Any, frozenset]:
-    """The shapes of the step's updates and the axes both paths' results vary over.
+    """The shapes of the step's (updates, inner state) and the axes both paths' results vary over.
 
     Under ``shard_map`` the new inner state varies over the axes of the gradients while the old one
     may not (a replicated state): both results are made to vary over the union of the flag's, the
