@@ -7,8 +7,11 @@ parameters have ``grad_dtype(param_dtype)`` (float32 for float32 masters), and s
 built from them, so a small update is never rounded away by a narrow weight.
 
 The casts touch real floating leaves only: integer, bool and complex leaves, and leaves that are not
-arrays (Python numbers, functions, strings), are returned as they are. Every cast goes through
-heddle's correctly rounded ``astype`` (POLICY.md 6), so a float64 master rounds once to bfloat16.
+arrays (Python numbers, functions, strings), are returned as they are, and so is every node whose
+class sets ``__heddle_keep_dtypes__ = True``: the loss-scale states of ``heddle.scaling``, whose
+float32 scale a cast of a whole train state to float16 would otherwise change. Every cast goes
+through heddle's correctly rounded ``astype`` (POLICY.md 6), so a float64 master rounds once to
+bfloat16.
 """
 
 from __future__ import annotations
@@ -293,9 +296,14 @@ def _cast_leaf(x: Any, dst: np.dtype) -> Any:
     return astype(x, dst)
 
 
+def _kept(x: Any) -> bool:
+    """A node the casts leave as it is (its class says so: the loss-scale states)."""
+    return getattr(type(x), "__heddle_keep_dtypes__", False) is True
+
+
 def _cast_tree(tree: Any, dst: np.dtype) -> Any:
     D.require_available(dst, "a Precision cast")
-    return jax.tree.map(lambda x: _cast_leaf(x, dst), tree)
+    return jax.tree.map(lambda x: x if _kept(x) else _cast_leaf(x, dst), tree, is_leaf=_kept)
 
 
 def cast_to_param(tree: Any, precision: Precision | str) -> Any:
@@ -308,8 +316,8 @@ def cast_to_param(tree: Any, precision: Precision | str) -> Any:
       tree: any pytree: dicts, lists, NamedTuples, equinox modules, ... Floating array leaves (JAX
         arrays, NumPy arrays and scalars, ``jax.ShapeDtypeStruct``) of another dtype are cast with
         heddle's correctly rounded ``astype``; integer, bool and complex leaves, leaves already of the
-        dtype, and leaves that are not arrays (Python numbers, functions, strings) are returned as
-        they are. Works eagerly and under ``jax.jit``; differentiable (the derivative of the cast is
+        dtype, leaves that are not arrays (Python numbers, functions, strings) and loss-scale states
+        (``heddle.scaling.DynamicLossScale``, ``StaticLossScale``) are returned as they are. Works eagerly and under ``jax.jit``; differentiable (the derivative of the cast is
         the cast of the tangent, as for ``jax.lax.convert_element_type``).
       precision: a ``Precision`` or a string ``Precision.parse`` reads.
 

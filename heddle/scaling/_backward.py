@@ -21,6 +21,7 @@ _F32 = np.dtype("float32")
 
 def _scale_value(scale: Any) -> jax.Array:
     if isinstance(scale, LOSS_SCALE_TYPES):
+        check_scale(scale.scale, f"backward_scaled(scale={type(scale).__name__}.scale)")
         return jnp.asarray(scale.scale, _F32)
     if isinstance(scale, tuple | list | dict) or not (
         isinstance(scale, int | float) or hasattr(scale, "dtype")
@@ -74,8 +75,9 @@ def backward_scaled(
       bit for bit; ``grads`` the unscaled gradients; ``finite`` a ``bool[]``.
 
     Raises:
-      TypeError: ``scale`` is not a number, scalar array or loss-scale state.
-      ValueError: a concrete ``scale`` is not positive and finite.
+      TypeError: ``scale`` is not a number, scalar array or loss-scale state (an array of several
+        scales included).
+      ValueError: a concrete ``scale`` is not a positive finite number that float32 holds.
 
     Examples:
       >>> import jax.numpy as jnp

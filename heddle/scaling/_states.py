@@ -12,6 +12,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from heddle.policy._errors import message
 
@@ -19,18 +20,49 @@ _F32 = jnp.float32
 _I32 = jnp.int32
 
 
+F32_TINY = float(np.finfo(np.float32).tiny)  # the smallest normal float32
+F32_MAX = float(np.finfo(np.float32).max)
+F32_RANGE = f"[{F32_TINY:.8g}, {F32_MAX:.8g}]"
+SCALE_FIX = "Use a power of two such as 2.0**15 (unscaling by a power of two is exact)."
+
+
 def check_scale(scale: Any, what: str) -> None:
-    """Raises ValueError for a concrete scale that is not a positive finite number."""
+    """Refuses a scale that is not one number (TypeError) or, when concrete, not a positive normal
+    float32 (ValueError): the scale is kept and applied in float32, so 1e39 would be inf and 1e-50
+    zero.
+    """
+    if np.shape(scale) != ():
+        raise TypeError(
+            message(
+                f"{what}=<array of shape {np.shape(scale)}>",
+                "a loss scale is one number, not an array of them",
+                "Pass a scalar, e.g. 2.0**15, or heddle.scaling.loss_scale(opt_state).",
+            )
+        )
     try:
+        d = scale.dtype if hasattr(scale, "dtype") else type(scale)
+        if isinstance(scale, bool) or not (
+            jnp.issubdtype(d, jnp.floating) or jnp.issubdtype(d, jnp.integer)
+        ):
+            raise TypeError
         s = float(scale)
-    except (TypeError, jax.errors.ConcretizationTypeError):
+    except jax.errors.ConcretizationTypeError:
         return  # a traced value: checked by nobody, as for any array argument under jit
+    except (TypeError, ValueError):
+        raise TypeError(
+            message(f"{what}={scale!r}", "a loss scale must be a real number", SCALE_FIX)
+        ) from None
     if not (math.isfinite(s) and s > 0):
+        raise ValueError(
+            message(f"{what}={scale!r}", "a loss scale must be a positive finite number", SCALE_FIX)
+        )
+    if not F32_TINY <= s <= F32_MAX:
         raise ValueError(
             message(
                 f"{what}={scale!r}",
-                "a loss scale must be a positive finite number",
-                "Use a power of two such as 2.0**15 (unscaling by a power of two is exact).",
+                f"a loss scale must be a positive finite number that float32 holds, in {F32_RANGE} "
+                "(the scale is kept and applied in float32)",
+                SCALE_FIX,
             )
         )
 
@@ -40,6 +72,8 @@ class DynamicLossScale(NamedTuple):
 
     Every field is a device array and a pytree leaf. Built by ``DynamicLossScale.create`` or by
     ``dynamic_loss_scale(...).init``; read from an optimiser state with ``loss_scale_state``.
+    ``update`` keeps every field's dtype (the dtypes below are those ``create`` gives), and
+    ``heddle.policy.Precision`` casts leave the state as it is.
 
     Attributes:
       scale: float32[], the factor the loss is multiplied by (a power of two with the defaults).
@@ -56,6 +90,8 @@ class DynamicLossScale(NamedTuple):
       >>> s.scale.item(), s.scale.dtype, s.skipped.dtype
       (32768.0, dtype('float32'), dtype('int32'))
     """
+
+    __heddle_keep_dtypes__ = True  # heddle.policy's Precision casts leave the state as it is
 
     scale: jax.Array  # float32[]
     good_steps: jax.Array  # int32[]
@@ -75,7 +111,8 @@ class DynamicLossScale(NamedTuple):
           The state, as device arrays.
 
         Raises:
-          ValueError: ``init_scale`` is not a positive finite number.
+          TypeError: ``init_scale`` is not one real number (an array of several, a string).
+          ValueError: ``init_scale`` is not a positive finite number that float32 holds.
 
         Examples:
           >>> from heddle import scaling
@@ -101,6 +138,8 @@ class StaticLossScale(NamedTuple):
       128.0
     """
 
+    __heddle_keep_dtypes__ = True  # heddle.policy's Precision casts leave the state as it is
+
     scale: jax.Array  # float32[]
 
     @classmethod
@@ -114,7 +153,8 @@ class StaticLossScale(NamedTuple):
           The state, as a device array.
 
         Raises:
-          ValueError: ``scale`` is not a positive finite number.
+          TypeError: ``scale`` is not one real number (an array of several, a string).
+          ValueError: ``scale`` is not a positive finite number that float32 holds.
 
         Examples:
           >>> from heddle import scaling

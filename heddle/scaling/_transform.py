@@ -5,16 +5,24 @@ from __future__ import annotations
 import functools
 import math
 import operator
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 from heddle.policy._errors import message
 from heddle.scaling._finite import grads_finite
-from heddle.scaling._states import LOSS_SCALE_TYPES, DynamicLossScale, LossScale
+from heddle.scaling._states import (
+    F32_MAX,
+    F32_RANGE,
+    F32_TINY,
+    LOSS_SCALE_TYPES,
+    DynamicLossScale,
+    LossScale,
+)
 
 _I32_MAX = int(jnp.iinfo(jnp.int32).max)
 
@@ -31,56 +39,146 @@ class DynamicLossScaleState(NamedTuple):
     loss_scale: DynamicLossScale
 
 
-def _number(x: Any, what: str, low: float, high: float, lo_ok: bool, hi_ok: bool, fix: str):
-    asked = f"dynamic_loss_scale({what}={x!r})"
+def _concrete(x: Any) -> float | None:
+    """``x`` as a Python float, or None when it is traced (``optax.inject_hyperparams`` under jit)."""
     try:
-        if isinstance(x, str | bytes | bool):
+        return float(x)
+    except jax.errors.ConcretizationTypeError:
+        return None
+
+
+def _number(x: Any, what: str, low: Any, high: Any, lo_ok: bool, hi_ok: bool, fix: str) -> Any:
+    """Checks one real hyperparameter; returns it as a float, or as it is when traced.
+
+    The value must also be a normal float32 (the dtype the scale is computed in), so that no bound,
+    scale or factor becomes inf or 0 once it is applied.
+    """
+    asked = f"dynamic_loss_scale({what}={x!r})"
+    if isinstance(x, str | bytes | bool) or np.shape(x) != ():
+        raise TypeError(message(asked, f"{what} must be a real number", fix))
+    try:
+        d = x.dtype if hasattr(x, "dtype") else type(x)
+        if not (jnp.issubdtype(d, jnp.floating) or jnp.issubdtype(d, jnp.integer)):
             raise TypeError
-        v = float(x)
+        v = _concrete(x)
     except (TypeError, ValueError):
         raise TypeError(message(asked, f"{what} must be a real number", fix)) from None
+    if v is None:
+        return x  # traced (inject_hyperparams): its concrete value was checked by init
+    if jnp.issubdtype(d, jnp.floating) and np.dtype(d).itemsize < 4:
+        fix = (
+            f"{what} arrived as {np.dtype(d).name}, as optax.inject_hyperparams makes it with "
+            "parameters of that dtype: pass the hyperparameters as float32, "
+            "optax.inject_hyperparams(dynamic_loss_scale, hyperparam_dtype=jnp.float32)."
+        )
+    lo, hi = _concrete(low), _concrete(high)
     ok = (
-        math.isfinite(v) and (v >= low if lo_ok else v > low) and (v <= high if hi_ok else v < high)
+        math.isfinite(v)
+        and (lo is None or (v >= lo if lo_ok else v > lo))
+        and (hi is None or (v <= hi if hi_ok else v < hi))
     )
     if not ok:
-        lo = "[" if lo_ok else "("
-        hi = "]" if hi_ok else ")"
-        raise ValueError(message(asked, f"{what} must be a number in {lo}{low}, {high}{hi}", fix))
-    return v
-
-
-def _count(x: Any, what: str, fix: str) -> int:
-    try:
-        if isinstance(x, bool):
-            raise TypeError
-        v = operator.index(x)
-    except TypeError:
-        raise TypeError(
-            message(f"dynamic_loss_scale({what}={x!r})", f"{what} must be an int", fix)
-        ) from None
-    if not 1 <= v <= _I32_MAX:
+        lo_s = "[" if lo_ok else "("
+        hi_s = "]" if hi_ok else ")"
+        raise ValueError(message(asked, f"{what} must be a number in {lo_s}{lo}, {hi}{hi_s}", fix))
+    if not F32_TINY <= v <= F32_MAX:
         raise ValueError(
-            message(f"dynamic_loss_scale({what}={x!r})", f"{what} must be at least 1", fix)
+            message(
+                asked,
+                f"{what} must be a number that float32 holds, in {F32_RANGE} (the loss scale is "
+                "kept and computed in float32, where it would become inf or 0)",
+                fix,
+            )
         )
     return v
 
 
+def _count(x: Any, what: str, fix: str) -> Any:
+    asked = f"dynamic_loss_scale({what}={x!r})"
+    try:
+        if isinstance(x, bool) or np.shape(x) != ():
+            raise TypeError
+        if hasattr(x, "dtype") and not jnp.issubdtype(x.dtype, jnp.integer):
+            raise TypeError
+        v = operator.index(x)
+    except (jax.errors.ConcretizationTypeError, jax.errors.TracerIntegerConversionError):
+        return x  # traced (inject_hyperparams): its concrete value was checked by init
+    except TypeError:
+        raise TypeError(message(asked, f"{what} must be an int", fix)) from None
+    if not 1 <= v <= _I32_MAX:
+        raise ValueError(message(asked, f"{what} must be at least 1", fix))
+    return v
+
+
+def _limit(n: Any, like: jax.Array) -> jax.Array:
+    """The count ``n`` (an int or a traced int) in the dtype of the counter ``like``, saturated."""
+    top = int(jnp.iinfo(like.dtype).max)
+    if isinstance(n, int):
+        return jnp.asarray(min(n, top), like.dtype)
+    return jax.lax.convert_element_type(jnp.minimum(n, top), like.dtype)
+
+
 def _inc(x: jax.Array) -> jax.Array:
-    return jnp.where(x < _I32_MAX, x + 1, x)  # saturating: a counter never wraps negative
+    top = int(jnp.iinfo(x.dtype).max)
+    return jnp.where(x < top, x + 1, x)  # saturating: a counter never wraps negative
+
+
+def _scale_range(d: np.dtype, min_scale: Any, max_scale: Any) -> tuple[jax.Array, jax.Array]:
+    """The float32 bounds of a scale kept in dtype ``d``: within [min_scale, max_scale] and within
+    the powers of two that ``d`` holds (a float16 scale stops at 2**15, never at inf).
+    """
+    fi = jnp.finfo(d)
+    top = 2.0 ** math.floor(math.log2(float(fi.max)))
+    bottom = float(fi.smallest_normal)
+    f32 = lambda v: jax.lax.convert_element_type(v, jnp.float32)
+    return jnp.maximum(f32(min_scale), bottom), jnp.minimum(f32(max_scale), top)
+
+
+def _varying(x: Any) -> frozenset:
+    """The manual mesh axes (``shard_map``) over which ``x`` varies; empty outside shard_map."""
+    try:
+        t = x if isinstance(x, jax.ShapeDtypeStruct) else jax.typeof(x)
+    except TypeError:
+        return frozenset()
+    mat = getattr(t, "manual_axis_type", None)
+    return frozenset(mat.varying) if mat is not None else frozenset(getattr(t, "vma", ()))
+
+
+def _to_varying(x: Any, axes: frozenset) -> Any:
+    """``x`` unchanged bit for bit, its type made varying over ``axes`` (``jax.lax.pcast``)."""
+    if not hasattr(x, "dtype"):
+        return x
+    missing = tuple(sorted(axes - _varying(x), key=str))
+    return jax.lax.pcast(x, missing, to="varying") if missing else x
+
+
+def _types_of_step(finite: jax.Array, step: Any, old: Any) -> tuple[Any, frozenset]:
+    """The shapes of the step's (updates, inner state) and the axes both paths' results vary over.
+
+    Under ``shard_map`` the new inner state varies over the axes of the gradients while the old one
+    may not (a replicated state): both results are made to vary over the union of the flag's, the
+    step's and the old state's axes, so the two sides of the skip have one type.
+    """
+    shapes = jax.eval_shape(step)
+    axes = _varying(finite).union(*map(_varying, jax.tree.leaves((shapes, old))))
+    return shapes, axes
 
 
 def _select(finite: jax.Array, *, step: Any, old: Any) -> tuple[Any, Any]:
     """Skips by computing the step and selecting: no host round trip (GPU, TPU)."""
+    _, axes = _types_of_step(finite, step, old)
     new_updates, new_inner = step()
     new_updates = jax.tree.map(lambda u: jnp.where(finite, u, jnp.zeros_like(u)), new_updates)
-    return new_updates, jax.tree.map(lambda n, o: jnp.where(finite, n, o), new_inner, old)
+    new_inner = jax.tree.map(lambda n, o: jnp.where(finite, n, o), new_inner, old)
+    return jax.tree.map(lambda x: _to_varying(x, axes), (new_updates, new_inner))
 
 
 def _branch(finite: jax.Array, *, step: Any, old: Any) -> tuple[Any, Any]:
     """Skips by branching (CPU, where the flag is in host memory already): no wasted work."""
-    shapes = jax.eval_shape(lambda: step()[0])
+    (shapes, _), axes = _types_of_step(finite, step, old)
+    match = lambda tree: jax.tree.map(lambda x: _to_varying(x, axes), tree)
     zeros = lambda: jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
-    return jax.lax.cond(finite, step, lambda: (zeros(), old))
+    return jax.lax.cond(finite, lambda: match(step()), lambda: match((zeros(), old)))
 
 
 # How a skipped step is taken, per platform (jax.lax.platform_dependent): both give zero updates
@@ -127,6 +225,14 @@ def dynamic_loss_scale(
     Wrap ``optax.MultiSteps`` (``dynamic_loss_scale(optax.MultiSteps(opt, k))``) rather than the
     reverse: a non-finite micro-batch is then skipped before it reaches the accumulator.
 
+    Every field of the loss-scale state keeps its dtype through ``update`` (a float16 scale stays
+    float16 and stops at the largest power of two float16 holds), so the state is a valid
+    ``lax.scan`` carry. Inside ``jax.shard_map`` (with its default ``check_vma=True``) the skipped
+    and the taken step have the same type. ``optax.inject_hyperparams(dynamic_loss_scale)(inner,
+    ...)`` works: the numbers are checked when the state is built and the traced values inside
+    ``update`` are used as they are (pass ``hyperparam_dtype=jnp.float32`` with float16
+    parameters, or ``max_scale=2**24`` is rounded to float16's inf and refused).
+
     Args:
       inner: the optimiser (any ``optax.GradientTransformation``, a chain, ``optax.MultiSteps``).
       init_scale: the first scale; positive, within ``[min_scale, max_scale]``.
@@ -145,8 +251,9 @@ def dynamic_loss_scale(
     Raises:
       TypeError: ``inner`` is not a gradient transformation; a scale or factor is not a real number;
         ``growth_interval`` or ``hysteresis`` is not an int.
-      ValueError: a scale is not positive and finite, the bounds are inverted, ``init_scale`` lies
-        outside them, a factor is on the wrong side of 1, or an interval is below 1.
+      ValueError: a scale is not positive and finite or not held by float32 (``1e39`` would be
+        inf, ``1e-50`` zero), the bounds are inverted, ``init_scale`` lies outside them, a factor
+        is on the wrong side of 1, or an interval is below 1.
 
     Examples:
       A complete float16 training loop (mixed precision: float32 master weights):
@@ -219,24 +326,29 @@ def dynamic_loss_scale(
         return new_updates, DynamicLossScaleState(new_inner, ls)
 
     def _next_scale(s: DynamicLossScale, finite: jax.Array, value: Any) -> DynamicLossScale:
+        # Every field keeps its dtype (a lax.scan carry, a float16 scale in a restored state): the
+        # scale is computed in float32 and rounded back once; the counters count in their own dtype.
+        f32 = jnp.float32
+        scale = jax.lax.convert_element_type(s.scale, f32)
+        lo, hi = _scale_range(np.dtype(s.scale.dtype), min_scale, max_scale)
         good = _inc(s.good_steps)
-        grow = finite & (good >= growth_interval)
+        grow = finite & (good >= _limit(growth_interval, good))
         bad = _inc(s.bad_steps)
-        back = ~finite & (bad >= hysteresis)
-        grown = jnp.minimum(s.scale * jnp.float32(growth_factor), jnp.float32(max_scale))
-        shrunk = jnp.maximum(s.scale * jnp.float32(backoff_factor), jnp.float32(min_scale))
-        zero = jnp.zeros_like(s.good_steps)
+        back = ~finite & (bad >= _limit(hysteresis, bad))
+        grown = jnp.minimum(scale * jax.lax.convert_element_type(growth_factor, f32), hi)
+        shrunk = jnp.maximum(scale * jax.lax.convert_element_type(backoff_factor, f32), lo)
+        new_scale = jnp.where(grow, grown, jnp.where(back, shrunk, scale))
         nonfinite_losses = s.nonfinite_losses
         if value is not None:
             nonfinite_losses = jnp.where(
                 grads_finite(value, axis_name=axis_name), nonfinite_losses, _inc(nonfinite_losses)
             )
         return DynamicLossScale(
-            scale=jnp.where(grow, grown, jnp.where(back, shrunk, s.scale)),
-            good_steps=jnp.where(finite & ~grow, good, zero),
-            bad_steps=jnp.where(finite | back, zero, bad),
+            scale=jax.lax.convert_element_type(new_scale, s.scale.dtype),
+            good_steps=jnp.where(finite & ~grow, good, jnp.zeros_like(good)),
+            bad_steps=jnp.where(finite | back, jnp.zeros_like(bad), bad),
             skipped=jnp.where(finite, s.skipped, _inc(s.skipped)),
-            since_skip=jnp.where(finite, _inc(s.since_skip), zero),
+            since_skip=jnp.where(finite, _inc(s.since_skip), jnp.zeros_like(s.since_skip)),
             nonfinite_losses=nonfinite_losses,
         )
 
@@ -254,7 +366,8 @@ def loss_scale_state(opt_state: Any) -> LossScale:
       The ``DynamicLossScale`` (or ``StaticLossScale``/``NoLossScale``) found, with its counters.
 
     Raises:
-      ValueError: the state holds no loss scale, or more than one.
+      ValueError: the state holds no loss scale, or more than one, or only the fields of one as a
+        plain dict (a checkpoint restored without a target; the message says how to restore it).
 
     Examples:
       >>> import optax
@@ -268,17 +381,46 @@ def loss_scale_state(opt_state: Any) -> LossScale:
         for x in jax.tree.leaves(opt_state, is_leaf=lambda x: isinstance(x, LOSS_SCALE_TYPES))
         if isinstance(x, LOSS_SCALE_TYPES)
     ]
-    if len(found) != 1:
-        why = "it holds no loss-scale state" if not found else f"it holds {len(found)} of them"
+    if len(found) == 1:
+        return found[0]
+    asked = f"loss_scale({type(opt_state).__name__})"
+    if not found and _untyped_scales(opt_state):
         raise ValueError(
             message(
-                f"loss_scale({type(opt_state).__name__})",
-                why,
-                "Build the optimiser with heddle.scaling.dynamic_loss_scale(optimiser) once, or "
-                "pass the scale itself to backward_scaled (1.0 without loss scaling).",
+                asked,
+                "it holds the fields of a loss-scale state as a plain dict: the state was restored "
+                "from a checkpoint without a target, which loses the types of every NamedTuple in "
+                "it (DynamicLossScaleState, DynamicLossScale, optax's states)",
+                "Restore with the optimiser's own state as the target: "
+                "orbax.checkpoint.StandardCheckpointer().restore(path, opt.init(params)), or "
+                "flax.serialization.from_state_dict(opt.init(params), restored) after "
+                "msgpack_restore.",
             )
         )
-    return found[0]
+    why = "it holds no loss-scale state" if not found else f"it holds {len(found)} of them"
+    raise ValueError(
+        message(
+            asked,
+            why,
+            "Build the optimiser with heddle.scaling.dynamic_loss_scale(optimiser) once, or "
+            "pass the scale itself to backward_scaled (1.0 without loss scaling).",
+        )
+    )
+
+
+def _untyped_scales(tree: Any) -> bool:
+    """Whether ``tree`` holds a mapping with the fields of a loss-scale state (a typeless restore)."""
+    names = (set(DynamicLossScale._fields), set(DynamicLossScaleState._fields))
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, Mapping):
+            if {str(k) for k in node} in names:
+                return True
+            stack.extend(node.values())
+        elif isinstance(node, list | tuple):
+            stack.extend(node)
+    return False
 
 
 def loss_scale(opt_state: Any) -> jax.Array:

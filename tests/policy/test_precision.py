@@ -400,3 +400,38 @@ def test_gradient_through_the_correctly_rounded_float64_cast(grad, transform):
         g = transform(grad(_loss(prec)))(params, x)
         assert g["w"].dtype == F64
         np.testing.assert_array_equal(np.asarray(g["w"]), [[1.0, 1.0], [2.0, 2.0], [3.0, 3.0]])
+
+
+# ---- loss-scale states are left alone ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("cast", ["cast_to_param", "cast_to_compute", "cast_to_output"])
+@pytest.mark.parametrize("spec", ["float16", "bfloat16", "mixed_float16"])
+def test_casts_leave_loss_scale_states_alone(cast, spec, transform):
+    """A whole train state cast to float16 used to turn the float32 loss scale into float16."""
+    import optax
+
+    from heddle import scaling
+
+    opt = scaling.dynamic_loss_scale(optax.sgd(0.1, momentum=0.9))
+    params = {"w": jnp.ones(3, F32)}
+    train = {
+        "params": params,
+        "opt": opt.init(params),
+        "static": scaling.StaticLossScale.create(2.0**10),
+    }
+    out = transform(lambda t: getattr(Precision.parse(spec), cast)(t))(train)
+    p = Precision.parse(spec)
+    want = {"cast_to_param": p.param_dtype, "cast_to_compute": p.compute_dtype}.get(
+        cast, p.output_dtype
+    )
+    assert out["params"]["w"].dtype == want  # the rest of the tree is still cast
+    assert out["opt"].inner_state[0].trace["w"].dtype == want
+    for kept, orig in (
+        (out["opt"].loss_scale, train["opt"].loss_scale),
+        (out["static"], train["static"]),
+    ):
+        assert type(kept) is type(orig)
+        for a, b in zip(kept, orig, strict=True):
+            assert a.dtype == b.dtype and np.asarray(a).tobytes() == np.asarray(b).tobytes()
+    assert scaling.loss_scale(out["opt"]).dtype == F32
