@@ -68,12 +68,20 @@ def qmatmul(
       Array([[2, 2, 2, 2]], dtype=bfloat16)
     """
     if not isinstance(q, QArray) or q.ndim != 2:
+        fix = (
+            "Quantise the weight first: heddle.quant.qmatmul(x, heddle.quantize(w, 'int8', "
+            "axis=0))."
+        )
+        if isinstance(q, QArray):
+            fix = (
+                "Quantise the weight as a 2-D (K, N) array: heddle.quant.qmatmul(x, "
+                "heddle.quantize(w.reshape(K, -1), 'int8', axis=0)), then reshape the result."
+            )
         raise TypeError(
             message(
                 f"qmatmul(x, <{type(q).__name__} of {getattr(q, 'ndim', '?')} dims>)",
                 "the weight must be a 2-D QArray of shape (K, N)",
-                "Quantise the weight first: heddle.quant.qmatmul(x, heddle.quantize(w, 'int8', "
-                "axis=0)).",
+                fix,
             )
         )
     if not isinstance(x, jax.Array):

@@ -251,8 +251,9 @@ def dequantize(q: QArray, dtype: jax.typing.DTypeLike | None = None) -> jax.Arra
             message(
                 f"dequantize(q, {d.name!r})",
                 "a dequantised array holds scaled float values",
-                f"Dequantise to a float dtype and convert: heddle.numpy.astype(heddle.dequantize"
-                f"(q), {d.name!r}).",
+                f"Dequantise to a float dtype, round and convert (a float-to-integer cast "
+                f"truncates): heddle.numpy.astype(heddle.numpy.round(heddle.dequantize(q)), "
+                f"{d.name!r}).",
             )
         )
     D.require_available(d, "dequantize")
