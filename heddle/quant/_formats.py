@@ -237,11 +237,11 @@ def encode(v: jax.Array, fmt: Format) -> jax.Array:
 
 def decode(codes: jax.Array, fmt: Format) -> jax.Array:
     """float32 element values of ``codes`` (exact: every element value is a float32)."""
-    if fmt.family == "nf4":  # elementwise selects, not a gather: they follow any sharding
-        v = jnp.full_like(codes, NF4_LEVELS[0], dtype=jnp.float32)
-        for j in range(1, 16):
-            v = jnp.where(codes == np.uint8(j), NF4_LEVELS[j], v)
-        return v
+    if fmt.family == "nf4":  # a table lookup, split over the devices like the codes
+        sh = getattr(jax.typeof(codes), "sharding", None)
+        explicit = sh is not None and not sh.mesh.empty and any(e is not None for e in sh.spec)
+        idx = codes.astype(jnp.int32)
+        return jnp.asarray(NF4_LEVELS).at[idx].get(out_sharding=sh if explicit else None)
     if fmt.family == "int":
         if fmt.bits == 4:
             codes = lax.bitcast_convert_type(codes << np.uint8(4), jnp.int8) >> np.int8(4)

@@ -124,6 +124,11 @@ def issue_cases() -> dict:
     for fmt in ("mxfp4", "mxfp6_e2m3", "mxfp6_e3m2", "nf4"):
         out[f"{fmt} vector 512"] = quantize_case(v, fmt, {}, P("d"), jit=False)
         out[f"{fmt} vector 64"] = quantize_case(v[:64].copy(), fmt, {}, P("d"), jit=False)
+    for fmt in ("int8", "nf4", "mxfp4"):
+        out[f"qmatmul {fmt} 2048 rows sharded"] = qmatmul_case(2048, P("d"), fmt)
+    out["qmatmul int8 64 columns sharded"] = qmatmul_case(64, P(None, "d"), "int8")
+    for fmt in ("int8", "nf4", "mxfp6_e2m3"):
+        out[f"shard_map {fmt}"] = shard_map_case(fmt)
     for name, case in (
         ("leaves sharded 8 ways", _dequantize_sharded),
         ("blocks over 2 devices", _dequantize_refused),
@@ -167,6 +172,40 @@ def _dequantize_refused(v: np.ndarray) -> dict:
         fixed = hq.dequantize(_fix_from(str(e), {"q": leaves}))
         case["same"] = _bits(fixed) == _bits(hq.dequantize(q1))
     return case
+
+
+def qmatmul_case(k: int, spec: P, fmt: str) -> dict:
+    """qmatmul with a sharded weight, against float64 with the float32 accumulation bound."""
+    rng = np.random.default_rng(k)
+    w = rng.standard_normal((k, 64)).astype(np.float32)
+    a = rng.standard_normal((4, k)).astype(np.float32)
+    try:
+        q = hq.quantize(jax.device_put(jnp.asarray(w), NamedSharding(MESH, spec)), fmt, axis=0)
+        y = np.asarray(jax.jit(hq.qmatmul)(jnp.asarray(a), q), np.float64)
+    except Exception as e:  # reported with the rest
+        return {"error": f"{type(e).__name__}: {str(e)[:300]}"}
+    deq = np.asarray(hq.dequantize(hq.quantize(w, fmt, axis=0)), np.float64)  # unsharded
+    bound = k * 2.0**-24 * (np.abs(a) @ np.abs(deq)) + 2.0**-24 * np.abs(a @ deq)
+    return {"within_bound": bool(np.all(np.abs(y - a.astype(np.float64) @ deq) <= bound))}
+
+
+def shard_map_case(fmt: str) -> dict:
+    """quantize inside shard_map (its defaults): each device's rows on their own, NaN included."""
+    x = np.random.default_rng(5).standard_normal((64, 64)).astype(np.float32)
+    x[10, 3] = np.nan
+    f = jax.jit(
+        jax.shard_map(
+            lambda a: hq.dequantize(hq.quantize(a, fmt, block_size=32)),
+            mesh=MESH,
+            in_specs=P("d"),
+            out_specs=P("d"),
+        )
+    )
+    try:
+        got = f(jax.device_put(jnp.asarray(x), NamedSharding(MESH, P("d"))))
+    except Exception as e:  # reported with the rest
+        return {"error": f"{type(e).__name__}: {str(e)[:300]}"}
+    return {"same": _bits(got) == _bits(hq.dequantize(hq.quantize(x, fmt, block_size=32)))}
 
 
 if __name__ == "__main__":

@@ -75,6 +75,19 @@ def test_sharded_nf4_dequantize(observed):
     assert bad["same"]  # the named reshard, then dequantize: the unsharded values
 
 
+def test_qmatmul_with_a_sharded_weight(observed):
+    """Rows split over devices: one contraction across them (no slabs), within the f32 bound."""
+    r = observed["issue"]
+    for key in [k for k in r if k.startswith("qmatmul")]:
+        assert r[key] == {"within_bound": True}, (key, r[key])
+
+
+def test_shard_map_with_its_defaults(observed):
+    r = observed["issue"]
+    for key in [k for k in r if k.startswith("shard_map")]:
+        assert r[key] == {"same": True}, (key, r[key])
+
+
 @pytest.mark.slow
 def test_every_format_and_layout_sharded():
     _check_sweep(_run("full")["sweep"])
