@@ -20,6 +20,7 @@ from jax.sharding import PartitionSpec as P
 import heddle.quant as hq
 
 MESH = jax.make_mesh((8,), ("d",))  # the default: AxisType.Explicit
+AUTO = jax.make_mesh((8,), ("d",), axis_types=(jax.sharding.AxisType.Auto,))
 
 
 def _bits(a) -> bytes:
@@ -67,20 +68,20 @@ def _layouts(fmt: str) -> list[dict]:
     return [{}, {"axis": 0}, {"axis": 0, "block_size": 8}, {"block_size": 32}]
 
 
-def quantize_case(x: np.ndarray, fmt: str, layout: dict, spec: P, jit: bool) -> dict:
+def quantize_case(x: np.ndarray, fmt: str, layout: dict, spec: P, jit: bool, mesh=MESH) -> dict:
     try:
-        return _quantize_case(x, fmt, layout, spec, jit)
+        return _quantize_case(x, fmt, layout, spec, jit, mesh)
     except Exception as e:  # any other error is a failed case, reported with the rest
         return {"error": f"{type(e).__name__}: {str(e)[:300]}"}
 
 
-def _quantize_case(x: np.ndarray, fmt: str, layout: dict, spec: P, jit: bool) -> dict:
+def _quantize_case(x: np.ndarray, fmt: str, layout: dict, spec: P, jit: bool, mesh) -> dict:
     def run(a):
         q = hq.quantize(a, fmt, **layout)
         return q, hq.dequantize(q)
 
     q0, deq0 = run(x)
-    xs = jax.device_put(jnp.asarray(x), NamedSharding(MESH, spec))
+    xs = jax.device_put(jnp.asarray(x), NamedSharding(mesh, spec))
     f = jax.jit(run) if jit else run
     out = {"shards": len(xs.addressable_shards)}
     try:
@@ -112,6 +113,11 @@ def sweep(full: bool) -> dict:
         res[f"{fmt} {{'axis': 0}} P('d',) jit"] = quantize_case(
             x, fmt, {"axis": 0}, P("d"), jit=True
         )
+    for fmt in ("int8", "nf4", "mxfp4"):  # AxisType.Auto: XLA's partitioner places the blocks
+        for layout in ({}, {"axis": 0}):
+            res[f"{fmt} {layout} P('d',) auto jit"] = quantize_case(
+                x, fmt, layout, P("d"), jit=True, mesh=AUTO
+            )
     return res
 
 
