@@ -295,8 +295,7 @@ def save_safetensors(
       None.
 
     Raises:
-      TypeError: a name is not a string, a value is not an array (a ``QArray`` included: save
-        its ``data`` and ``scales``), or an array's dtype has no safetensors tag.
+      TypeError: a name is not a string, or an array's dtype has no safetensors tag.
       ValueError: a float4 array with an odd last axis.
       ImportError: the ``safetensors`` package is not installed.
 
