@@ -103,3 +103,18 @@ def test_the_quotient_is_one_division(j, s):
     assert float(q.scales.reshape(())) == float(s)
     want = round(Fraction(2 * j + 1, 2))  # Python rounds Fractions half to even
     assert int(unpacked_codes(q)[1]) == want
+
+
+def test_float64_blocks_past_the_float32_scales():
+    """float64 keeps float32 scales: within them the bound holds, past them the block is NaN."""
+    with jax.enable_x64(True):
+        ok = np.array([1e40, -3e39, 1.0, 2.0**-140] * 16)  # absmax / 127 below float32's max
+        q = hq.quantize(ok, "int8")
+        deq = np.asarray(hq.dequantize(q))
+        assert deq.dtype == np.float64
+        s = float(np.asarray(q.scales).reshape(()))
+        assert np.all(np.abs(ok - deq) <= s / 2 + 2.0**-52 * (np.abs(ok) + np.abs(deq)))
+        past = np.array([1e300, 1.0, 0.0, -2.0] * 16)
+        assert np.isnan(np.asarray(hq.dequantize(hq.quantize(past, "int8")))).all()
+        mx = np.asarray(hq.dequantize(hq.quantize(past[:32], "mxfp4")))
+        assert mx[0] == 6 * 2.0**127  # saturated at the largest e8m0 scale
