@@ -200,7 +200,7 @@ def _nf4_thresholds(d: np.dtype) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 def _nf4_encode(v: jax.Array) -> jax.Array:
     up, eq, tie_up = _nf4_thresholds(np.dtype(v.dtype))
-    code = jnp.zeros(v.shape, jnp.uint8)
+    code = jnp.zeros_like(v, dtype=jnp.uint8)
     for j in range(15):  # one fused elementwise pass: count the midpoints below v
         above = v >= up[j]
         if tie_up[j] and not np.isnan(eq[j]):
@@ -237,8 +237,11 @@ def encode(v: jax.Array, fmt: Format) -> jax.Array:
 
 def decode(codes: jax.Array, fmt: Format) -> jax.Array:
     """float32 element values of ``codes`` (exact: every element value is a float32)."""
-    if fmt.family == "nf4":
-        return jnp.take(jnp.asarray(NF4_LEVELS), codes.astype(jnp.int32), axis=0)
+    if fmt.family == "nf4":  # a table lookup, split over the devices like the codes
+        sh = getattr(jax.typeof(codes), "sharding", None)
+        explicit = sh is not None and not sh.mesh.empty and any(e is not None for e in sh.spec)
+        idx = codes.astype(jnp.int32)
+        return jnp.asarray(NF4_LEVELS).at[idx].get(out_sharding=sh if explicit else None)
     if fmt.family == "int":
         if fmt.bits == 4:
             codes = lax.bitcast_convert_type(codes << np.uint8(4), jnp.int8) >> np.int8(4)

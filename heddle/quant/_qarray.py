@@ -25,6 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from heddle.quant import _sharding
 from heddle.quant._formats import Format, parse_format
 
 
@@ -44,16 +45,15 @@ def _split(x: jax.Array, axis: int, parts: int) -> tuple[jax.Array, ...]:
     extra = -x.shape[k] % parts
     if extra:
         x = jnp.pad(x, [(0, extra) if i == k else (0, 0) for i in range(x.ndim)])
-    g = x.reshape(*x.shape[:k], -1, parts, *x.shape[k + 1 :])
+    g = _sharding.split(x, k, parts)
     return tuple(jax.lax.index_in_dim(g, j, k + 1, keepdims=False) for j in range(parts))
 
 
 def _interleave(parts: list[jax.Array], axis: int, n: int) -> jax.Array:
     """Inverse of ``_split``: the first ``n`` elements along ``axis``."""
     k = axis % parts[0].ndim
-    g = jnp.stack(parts, axis=k + 1)
-    g = g.reshape(*g.shape[:k], -1, *g.shape[k + 2 :])
-    return jax.lax.slice_in_dim(g, 0, n, axis=k)
+    g = _sharding.merge(jnp.stack(parts, axis=k + 1), k)
+    return g if g.shape[k] == n else jax.lax.slice_in_dim(g, 0, n, axis=k)
 
 
 def pack(codes: jax.Array, bits: int, axis: int = -1) -> jax.Array:

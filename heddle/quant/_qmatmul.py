@@ -28,6 +28,7 @@ import heddle.numpy as hnp
 from heddle.policy import _dtypes as D
 from heddle.policy._errors import message
 from heddle.policy._rules import promote_types
+from heddle.quant import _sharding
 from heddle.quant._formats import decode
 from heddle.quant._qarray import QArray
 from heddle.quant._quantize import codes, values
@@ -68,12 +69,20 @@ def qmatmul(
       Array([[2, 2, 2, 2]], dtype=bfloat16)
     """
     if not isinstance(q, QArray) or q.ndim != 2:
+        fix = (
+            "Quantise the weight first: heddle.quant.qmatmul(x, heddle.quantize(w, 'int8', "
+            "axis=0))."
+        )
+        if isinstance(q, QArray):
+            fix = (
+                "Quantise the weight as a 2-D (K, N) array: heddle.quant.qmatmul(x, "
+                "heddle.quantize(w.reshape(K, -1), 'int8', axis=0)), then reshape the result."
+            )
         raise TypeError(
             message(
                 f"qmatmul(x, <{type(q).__name__} of {getattr(q, 'ndim', '?')} dims>)",
                 "the weight must be a 2-D QArray of shape (K, N)",
-                "Quantise the weight first: heddle.quant.qmatmul(x, heddle.quantize(w, 'int8', "
-                "axis=0)).",
+                fix,
             )
         )
     if not isinstance(x, jax.Array):
@@ -111,6 +120,8 @@ def _chunks(q: QArray) -> int:
     k = q.shape[0]
     if k < 2 * _CHUNK or k % _CHUNK:
         return 1
+    if _sharding.devices_along(q.data, 0)[1] > 1:
+        return 1  # K split over devices: each holds part of the contraction already
     if q.axis == -2 and q.scales.shape[0] > 1 and _CHUNK % (k // q.scales.shape[0]):
         return 1  # blocks along K that straddle a slab
     return k // _CHUNK
@@ -155,5 +166,5 @@ def _qmatmul(x: jax.Array, q: QArray, r: np.dtype) -> jax.Array:
         parts = (xs, data) if scales is None else (xs, data, scales)
         out, _ = lax.scan(step, acc, parts)
     if after:
-        out = out * hnp.astype(q.scales[0], cd)
+        out = out * hnp.astype(lax.index_in_dim(q.scales, 0, 0, keepdims=False), cd)
     return hnp.astype(out, r)

@@ -29,8 +29,11 @@ import heddle.numpy as hnp
 from heddle.policy import _dtypes as D
 from heddle.policy._errors import message
 from heddle.quant import _qarray as _packing
+from heddle.quant import _sharding
 from heddle.quant._formats import Format, FormatError, decode, encode, parse_format
 from heddle.quant._qarray import QArray
+
+_TINY = float(np.finfo(np.float32).tiny)  # 2**-126: the smallest float32 scale above zero
 
 
 def _layout(shape: tuple[int, ...], fmt: Format, axis: int | None, block: int | None):
@@ -75,13 +78,14 @@ def _layout(shape: tuple[int, ...], fmt: Format, axis: int | None, block: int | 
     return axis, block, per_tensor
 
 
-def _mx_scale(absmax: jax.Array, fmt: Format) -> tuple[jax.Array, jax.Array]:
-    """(float8_e8m0fnu scales, their unbiased exponents as int32)."""
+def _mx_scale(absmax: jax.Array, bad: jax.Array, fmt: Format) -> tuple[jax.Array, jax.Array]:
+    """(float8_e8m0fnu scales, their unbiased exponents as int32); NaN scales where ``bad``."""
     _, e = jnp.frexp(absmax)  # absmax = m * 2**e with m in [0.5, 1): floor(log2) = e - 1
     shared = jnp.clip(e - np.int32(1 + fmt.emax), -127, 127).astype(jnp.int32)
     shared = jnp.where(absmax == 0, np.int32(-127), shared)
+    shared = jnp.where(bad, np.int32(0), shared)  # codes at scale 1: the same on any layout
     bits = (shared + np.int32(127)).astype(jnp.uint8)
-    bits = jnp.where(jnp.isfinite(absmax), bits, np.uint8(0xFF))  # 0xFF: e8m0 NaN
+    bits = jnp.where(bad, np.uint8(0xFF), bits)  # 0xFF: e8m0 NaN
     return lax.bitcast_convert_type(bits, jnp.dtype(fmt.scale_dtype)), shared
 
 
@@ -156,7 +160,16 @@ def quantize(
         )
     D.require_available(src, "quantize")
     ax, block, per_tensor = _layout(tuple(x.shape), f, axis, block_size)
+    k = x.ndim + ax
+    call = f"quantize(<array of shape {tuple(x.shape)}>, {f.name!r}, axis={axis}, block_size={block_size})"
+    _sharding.check(x, k, x.shape[k], _groups(f, block or x.shape[k]), call, "x")
     return _quantize(jnp.asarray(x), f, ax, block, per_tensor)
+
+
+def _groups(f: Format, b: int) -> tuple[tuple[int, str], ...]:
+    """The runs of consecutive elements along the quantised axis that go together."""
+    packing = ((2 if f.bits == 4 else 4, f"packed groups of {f.bits}-bit codes"),)
+    return ((b, "blocks"), *(packing if f.packed else ()))
 
 
 @functools.partial(jax.jit, static_argnums=(1, 2, 3, 4))
@@ -166,26 +179,38 @@ def _quantize(x: jax.Array, f: Format, ax: int, block: int | None, per_tensor: b
     k = x.ndim + ax
     n = x.shape[k]
     b = block or n
-    xb = xc.reshape(*x.shape[:k], n // b, b, *x.shape[k + 1 :])  # blocks: no transposes
+    xb = _sharding.split(xc, k, b)  # blocks: no transposes
     red = tuple(range(xb.ndim)) if per_tensor else (k + 1,)
-    absmax = jnp.max(jnp.abs(xb), axis=red, keepdims=True)  # NaN propagates
+    absmax = jnp.max(jnp.abs(xb), axis=red, keepdims=True)
+    # Explicit, not by max propagating NaN: a cross-device max can drop it.
+    bad = jnp.any(~jnp.isfinite(xb), axis=red, keepdims=True)
     if f.family == "mx":
-        scales, shared = _mx_scale(absmax, f)
+        scales, shared = _mx_scale(absmax, bad, f)
         half = -shared // 2  # two exact power-of-two steps: 2**-shared may not be a normal float
         v = xb * _pow2(half, cd) * _pow2(-shared - half, cd)
     else:
-        s = hnp.astype(absmax / np.array(f.qmax, cd), np.float32)
-        s = jnp.where(jnp.isfinite(absmax), s, np.float32(np.nan))
-        safe = jnp.where((s == 0) | ~jnp.isfinite(s), np.float32(1), s)
-        v = xb / hnp.astype(safe, cd)
+        s = absmax / np.array(f.qmax, cd)
+        s = jnp.where(absmax == 0, s, jnp.maximum(s, np.array(_TINY, cd)))  # a normal float32
+        s = hnp.astype(s, np.float32)
+        s = jnp.where(bad, np.float32(np.nan), s)
+        safe = jnp.where((s == 0) | bad, np.float32(1), s)
+        v = xb / _divisor(hnp.astype(safe, cd), xb)
         scales = s
-    data = encode(v, f).reshape(x.shape)
+    data = _sharding.merge(encode(v, f), k)
     if f.packed:
         data = _packing.pack(data, f.bits, k)
-    scales = scales.reshape(
-        (1,) * x.ndim if per_tensor else (*x.shape[:k], n // b, *x.shape[k + 1 :])
-    )
+    if per_tensor:
+        scales = scales.reshape((1,) * x.ndim)
+    else:
+        scales = _sharding.merge(scales, k)
     return QArray(data, scales, f.name, np.dtype(x.dtype), ax, n)
+
+
+def _divisor(s: jax.Array, xb: jax.Array) -> jax.Array:
+    """``s`` broadcast to ``xb``'s shape behind an optimisation barrier, so that ``xb / s`` is a
+    division: XLA rewrites a division by a broadcast as a product with the reciprocal, which rounds
+    twice and flushes to zero for scales above ``2**126``."""
+    return lax.optimization_barrier(_sharding.broadcast_like(s, xb))
 
 
 def dequantize(q: QArray, dtype: jax.typing.DTypeLike | None = None) -> jax.Array:
@@ -226,11 +251,14 @@ def dequantize(q: QArray, dtype: jax.typing.DTypeLike | None = None) -> jax.Arra
             message(
                 f"dequantize(q, {d.name!r})",
                 "a dequantised array holds scaled float values",
-                f"Dequantise to a float dtype and convert: heddle.numpy.astype(heddle.dequantize"
-                f"(q), {d.name!r}).",
+                f"Dequantise to a float dtype, round and convert (a float-to-integer cast "
+                f"truncates): heddle.numpy.astype(heddle.numpy.round(heddle.dequantize(q)), "
+                f"{d.name!r}).",
             )
         )
     D.require_available(d, "dequantize")
+    k = q.ndim + q.axis
+    _sharding.check(q.data, k, q.length, _groups(q.fmt, q.block_size), f"dequantize(<{q!r}>)", "q")
     return _dequantize(q, d)
 
 
@@ -248,8 +276,15 @@ def codes(q: QArray) -> jax.Array:
 def values(q: QArray, cd: np.dtype) -> jax.Array:
     """Element value times scale, in ``cd`` (float32 or float64), in ``q``'s layout."""
     el = hnp.astype(decode(codes(q), q.fmt), cd)
-    s = hnp.astype(q.scales, cd)
     k = el.ndim + q.axis
-    g = s.shape[k]
-    blocks = el.reshape(*el.shape[:k], g, q.length // g, *el.shape[k + 1 :])
-    return (blocks * jnp.expand_dims(s, k + 1)).reshape(el.shape)
+    blocks = _sharding.split(el, k, q.length // q.scales.shape[k])
+    if q.fmt.family == "mx":  # times 2**e in two exact steps: 2**-127 is no normal float32
+        bits = lax.bitcast_convert_type(q.scales, jnp.uint8)
+        e = bits.astype(jnp.int32) - np.int32(127)
+        e = jnp.expand_dims(jnp.where(bits == 0xFF, np.int32(0), e), k + 1)
+        half = e // 2
+        v = blocks * _pow2(half, cd) * _pow2(e - half, cd)
+        v = jnp.where(jnp.expand_dims(bits == 0xFF, k + 1), np.array(np.nan, cd), v)
+    else:
+        v = blocks * jnp.expand_dims(hnp.astype(q.scales, cd), k + 1)
+    return _sharding.merge(v, k)

@@ -24,6 +24,7 @@ import numpy as np
 import heddle.numpy as hnp
 from heddle.policy import _dtypes as D
 from heddle.policy._errors import PolicyError, PrecisionError, message
+from heddle.quant._qarray import QArray
 
 
 class CheckpointError(PolicyError, ValueError):
@@ -215,7 +216,36 @@ def _spec(st: Any, name: Any, value: Any, keep: list[Any]) -> Any:
                 f"Use str keys, e.g. {{'{name}': ...}}.",
             )
         )
-    a = np.asarray(value)
+    if isinstance(value, QArray):
+        raise TypeError(
+            message(
+                f"save_safetensors({{{name!r}: <{value!r}>}})",
+                "a QArray is two arrays (codes and scales) plus static metadata, not one tensor",
+                f"Save its two leaves and rebuild it after loading: save_safetensors({{"
+                f"'{name}.data': q.data, '{name}.scales': q.scales}}, path), then t = "
+                f"load_safetensors(path); q = heddle.quant.QArray(t['{name}.data'], "
+                f"t['{name}.scales'], {value.format!r}, jax.numpy.dtype({value.dtype.name!r}), "
+                f"{value.axis}, {value.length}). Or save the values: "
+                f"save_safetensors({{'{name}': heddle.dequantize(q)}}, path).",
+            )
+        )
+    try:
+        a = np.asarray(value)
+    except (TypeError, ValueError) as e:  # ragged nested sequences
+        a = np.array(None)
+        detail = f" ({e})"
+    else:
+        detail = ""
+    if a.dtype == object:
+        raise TypeError(
+            message(
+                f"save_safetensors({{{name!r}: <{type(value).__name__}>}})",
+                f"a tensor must be an array of numbers; a {type(value).__name__} is not "
+                f"one{detail}",
+                f"Pass a NumPy or JAX array under {name!r} (e.g. numpy.asarray(value, "
+                "'float32')), or leave the name out.",
+            )
+        )
     a = a if a.flags.c_contiguous else a.copy(order="C")  # keeps 0-d arrays 0-d
     if a.dtype not in _BY_DTYPE:
         raise TypeError(
