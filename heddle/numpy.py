@@ -17,7 +17,7 @@ import inspect as _inspect
 
 import jax.numpy as _jnp
 
-from heddle.ops import _core, _creation, _printing, _table
+from heddle.ops import _core, _creation, _formulas, _printing, _table
 from heddle.policy import promote_types as promote_types
 from heddle.policy import result_type as result_type
 from heddle.policy._rules import OpClass as _OpClass
@@ -51,12 +51,14 @@ def astype(x, dtype, *, saturate: bool = False, **kwargs):
 def _build() -> dict:
     names: dict = {}
     for name, (op_class, plan, values) in _table.OPS.items():
-        fn = getattr(_jnp, name, None)
-        if fn is None:
+        jfn = getattr(_jnp, name, None)
+        if jfn is None:
             continue
-        names[name] = _core.make_op(
-            name, _core.OpSpec(fn=fn, op_class=op_class, plan=plan, values=values)
+        spec = _core.OpSpec(
+            fn=_formulas.NUMPY.get(name, jfn), op_class=op_class, plan=plan, values=values
         )
+        names[name] = _core.make_op(name, spec)
+        names[name].__doc__ = _core._doc(name, spec, jfn)
     for name in _table.PASS:
         if hasattr(_jnp, name):
             names[name] = getattr(_jnp, name)
