@@ -11,6 +11,9 @@ implementations are not, and are replaced, name by name, by the formulas here (`
   here ``x = n + r`` exactly (``n = round(x)``, ``|r| <= 1/2``) and ``sin(pi x) = (-1)^n sin(pi r)``.
 - ``i0``: JAX's ``exp(|x|) * i0e(x)`` overflows for ``88.7 < |x| < 91.9``, where ``i0`` is finite in
   float32; here ``exp(|x|/2) * (i0e(x) * exp(|x|/2))`` there.
+- ``scipy.special.i1``: the same overflow, the same cure (``i1e``).
+- ``scipy.special.log_ndtr``: ``log(ndtr(x))`` rounds ``ndtr(x)`` near 1 for ``x > 0`` (72 bfloat16
+  inputs wrong); here ``log1p(-ndtr(-x))`` there.
 - ``sinh``, ``cosh``: XLA's ``exp(|x| + log(1/2))`` rounds ``|x| + log(1/2)`` (8 float32 ulps of
   error near ``|x| = 11``); here ``exp(|x|)/2 -+ exp(-|x|)/2`` for ``|x| >= 1``, split in two
   factors past float32's exp overflow.
@@ -69,6 +72,39 @@ def i0(x: ArrayLike) -> jax.Array:
     half = jnp.exp(a / 2)
     split = half * (_special.i0e(x) * half)
     return jnp.where(a < _EXP_SAFE, jnp.i0(jnp.where(a < _EXP_SAFE, x, 0)), split)
+
+
+def i1(x: ArrayLike) -> jax.Array:
+    """The modified Bessel function of order 1, finite wherever its value is (as ``i0``).
+
+    Args:
+      x: a float array.
+
+    Returns:
+      ``i1(x)`` in ``x``'s dtype.
+    """
+    x = jnp.asarray(x)
+    a = jnp.abs(x)
+    half = jnp.exp(a / 2)
+    split = half * (_special.i1e(x) * half)
+    return jnp.where(a < _EXP_SAFE, _special.i1(jnp.where(a < _EXP_SAFE, x, 0)), split)
+
+
+def log_ndtr(x: ArrayLike, series_order: int = 3) -> jax.Array:
+    """``log(ndtr(x))``; for ``x > 0`` as ``log1p(-ndtr(-x))``, which does not cancel.
+
+    Args:
+      x: a float array.
+      series_order: the asymptotic series' order for very negative ``x`` (as JAX).
+
+    Returns:
+      ``log_ndtr(x)`` in ``x``'s dtype.
+    """
+    x = jnp.asarray(x)
+    pos = x > 0
+    upper = jnp.log1p(-_special.ndtr(-jnp.where(pos, x, 0)))
+    lower = _special.log_ndtr(jnp.where(pos, 0, x), series_order=series_order)
+    return jnp.where(pos, upper, lower)
 
 
 def _exp_halves(a: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -157,3 +193,6 @@ NUMPY = {"sinc": sinc, "i0": i0, "sinh": sinh, "cosh": cosh}
 
 NN = {"squareplus": squareplus, "gelu": gelu}
 """``heddle.nn`` names computed by the formulas here instead of ``jax.nn``'s."""
+
+SPECIAL = {"i0": i0, "i1": i1, "log_ndtr": log_ndtr}
+"""``heddle.scipy.special`` names computed by the formulas here instead of ``jax.scipy.special``'s."""

@@ -22,11 +22,13 @@ import jax
 import ml_dtypes
 import numpy as np
 import pytest
+import scipy.special
 from _round import round_once  # tests/ops is on sys.path
 
 import heddle.lax
 import heddle.nn
 import heddle.numpy as hnp
+import heddle.scipy.special
 
 BF16, F16 = np.dtype(ml_dtypes.bfloat16), np.dtype(np.float16)
 TIE_ULPS = 4  # float32's error budget for one float32 function (XLA's transcendental functions)
@@ -127,6 +129,39 @@ REFERENCE = {
     "lax.logistic": _sigmoid,
 }
 
+# heddle.scipy.special's unary functions, against SciPy's float64 implementations. exp1, expi and
+# spence are left out: JAX's float32 series for them take minutes over 65,536 inputs.
+SPECIAL_UNARY = (
+    "dawsn digamma entr erf erfc erfcx erfinv expit gamma gammaln gammasgn i0 i0e i1 i1e loggamma "
+    "logit log_ndtr ndtr ndtri".split()
+)
+REFERENCE.update({f"special.{n}": getattr(scipy.special, n) for n in SPECIAL_UNARY})
+
+# Functions that float32 evaluation by JAX does not round correctly outside the tie band:
+# (name, dtype) -> measured count, documented in docs/ops.md. lgamma and digamma lose their
+# relative accuracy near their zeros (lgamma(1) is 4.8e-07, not 0) and digamma(0) is NaN, not -inf;
+# erfcx gives 0 for 9.2 <= x < 9.4; gamma is a few ulps off in float16; log_ndtr(x) for bfloat16
+# x < -1.8e19 squares x in float32 (-inf).
+NOT_CORRECTLY_ROUNDED = {
+    ("special.digamma", "bfloat16"): 3,
+    ("special.digamma", "float16"): 11,
+    ("special.erfcx", "bfloat16"): 3,
+    ("special.erfcx", "float16"): 29,
+    ("special.gamma", "float16"): 11,
+    ("special.gammaln", "bfloat16"): 3,
+    ("special.gammaln", "float16"): 54,
+    ("special.loggamma", "bfloat16"): 4,
+    ("special.loggamma", "float16"): 41,
+    ("special.log_ndtr", "bfloat16"): 50,
+}
+
+# Ties rounded the other way beyond TIE_BOUND: i1(x) = x/2 + x^3/16 + ... for small float16 x sits
+# just above a midpoint by less than float32 resolves; log_ndtr's bfloat16 asymptotic series.
+TIE_BOUNDS = {
+    ("special.i1", "float16"): 176,
+    ("special.log_ndtr", "bfloat16"): 116,
+}
+
 # bfloat16 results that flush to 0 through a float32-subnormal intermediate (XLA:CPU flushes them):
 # exp2 computes exp(x ln 2) just under 2**-126; arcsin halves its argument; silu, gelu and mish
 # multiply by a subnormal sigmoid or tanh. Measured counts; none of them is a float16 result.
@@ -134,18 +169,21 @@ FLUSHED = {"exp2": 1, "arcsin": 256, "nn.silu": 9, "nn.mish": 9, "nn.gelu": 1, "
 
 # -0 in, +0 out where the reference keeps the sign: jax.nn's elu family (XLA folds its where into a
 # max) and relu6 (a clip at 0): one input each.
-ZERO_SIGN = {"nn.elu": 1, "nn.celu": 1, "nn.selu": 1, "nn.relu6": 1}
+ZERO_SIGN = {"nn.elu": 1, "nn.celu": 1, "nn.selu": 1, "nn.relu6": 1, "special.entr": 2,
+             "special.erfinv": 1, "special.i1": 1, "special.i1e": 1}  # fmt: skip
 
 # The functions whose float32 formula heddle replaces (heddle/ops/_formulas.py), lax.logistic (no
 # longer passed through in the narrow dtype), and one of each family.
-FAST = ["sinc", "i0", "sinh", "cosh", "nn.squareplus", "nn.gelu", "lax.logistic", "exp", "sin"]
+FAST = ["sinc", "i0", "sinh", "cosh", "nn.squareplus", "nn.gelu", "lax.logistic", "exp", "sin",
+        "special.i1", "special.log_ndtr", "special.erf"]  # fmt: skip
 
 
 def _function(name):
     if name == "nn.gelu_exact":
         return lambda x: heddle.nn.gelu(x, approximate=False)
     mod, _, attr = name.rpartition(".")
-    return getattr({"": hnp, "nn": heddle.nn, "lax": heddle.lax}[mod], attr)
+    spaces = {"": hnp, "nn": heddle.nn, "lax": heddle.lax, "special": heddle.scipy.special}
+    return getattr(spaces[mod], attr)
 
 
 def _all(dtype):
@@ -203,8 +241,9 @@ def sweep(name, dtype, transform=lambda f: f):
 
 def _check(name, dtype, transform=lambda f: f):
     r = sweep(name, dtype, transform)
-    assert r["wrong"] == 0, f"{name}({dtype}): (x, got, want) {r['examples']}"
-    assert r["tie_wrong"] <= TIE_BOUND, r
+    known = NOT_CORRECTLY_ROUNDED.get((name, dtype.name), 0)
+    assert r["wrong"] <= known, f"{name}({dtype}): (x, got, want) {r['examples']}"
+    assert r["tie_wrong"] <= TIE_BOUNDS.get((name, dtype.name), TIE_BOUND), r
     assert r["flushed"] <= FLUSHED.get(name, 0), r
     assert r["zero_sign"] <= ZERO_SIGN.get(name, 0), r
     return r
