@@ -109,7 +109,7 @@ def log_ndtr(x: ArrayLike, series_order: int = 3) -> jax.Array:
 
 def _exp_halves(a: jax.Array) -> tuple[jax.Array, jax.Array]:
     """(``exp(a)/2``, ``exp(-a)/2``) for ``a >= 0``, the first finite wherever its value is."""
-    e = jnp.exp(jnp.minimum(a, _EXP_SAFE))
+    e = jnp.exp(jnp.where(a < _EXP_SAFE, a, 0))
     half = jnp.exp(a / 2)
     big = jnp.where(a < _EXP_SAFE, 0.5 * e, (0.5 * half) * half)
     return big, 0.5 * jnp.exp(-a)
@@ -126,7 +126,7 @@ def sinh(x: ArrayLike, /) -> jax.Array:
     """
     x = jnp.asarray(x)
     a = jnp.abs(x)
-    up, down = _exp_halves(jnp.maximum(a, 1))
+    up, down = _exp_halves(jnp.where(a < 1, 1, a))
     return jnp.where(a < 1, jnp.sinh(jnp.where(a < 1, x, 0)), jnp.sign(x) * (up - down)).astype(
         x.dtype
     )
@@ -143,7 +143,7 @@ def cosh(x: ArrayLike, /) -> jax.Array:
     """
     x = jnp.asarray(x)
     a = jnp.abs(x)
-    up, down = _exp_halves(jnp.maximum(a, 1))
+    up, down = _exp_halves(jnp.where(a < 1, 1, a))
     return jnp.where(a < 1, jnp.cosh(jnp.where(a < 1, x, 0)), up + down).astype(x.dtype)
 
 

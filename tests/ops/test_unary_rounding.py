@@ -37,7 +37,7 @@ TINY = float(np.finfo(np.float32).smallest_normal)
 
 
 def _sigmoid(x):
-    with np.errstate(over="ignore"):
+    with np.errstate(over="ignore", invalid="ignore"):
         return np.where(x >= 0, 1 / (1 + np.exp(-x)), np.exp(x) / (1 + np.exp(x)))
 
 
@@ -344,3 +344,26 @@ def test_sinh_cosh_float32_error_is_two_ulps_past_one(name):
     ulps = np.abs(got - want) / np.spacing(np.abs(want).astype(np.float32)).astype(np.float64)
     assert ulps.max() <= 2.5, ulps.max()
     assert float(getattr(hnp, name)(np.array(10.96875, F16))) == 29024.0
+
+
+@pytest.mark.parametrize("transform", [lambda f: f, jax.jit], ids=["eager", "jit"])
+def test_formula_gradients_are_finite_and_right(transform):
+    # sinh' = cosh, cosh' = sinh, i0' = i1 (SciPy's float64), also where a formula switches branch
+    x = np.array([0.0, 0.5, 1.0, 3.0, -11.0, 79.0, 81.0, 88.0, -88.5], np.float32)
+    x64 = x.astype(np.float64)
+    pairs = {"sinh": np.cosh, "cosh": np.sinh, "i0": scipy.special.i1}
+    for name, deriv in pairs.items():
+        g = np.asarray(transform(jax.vmap(jax.grad(getattr(hnp, name))))(x), np.float64)
+        np.testing.assert_allclose(g, deriv(x64), rtol=2e-6, atol=1e-7, err_msg=name)
+    g = np.asarray(transform(jax.vmap(jax.grad(hnp.sinc)))(np.array([3e38, 1e6], np.float32)))
+    assert np.isfinite(g).all()
+
+
+@pytest.mark.parametrize("name", ["sinc", "i0", "sinh", "nn.squareplus", "nn.gelu", "lax.logistic"])
+def test_formulas_under_x64(name):
+    with jax.enable_x64(True):
+        _check(name, F16)  # still computed in float32 and rounded once
+        x = np.array([-3.0, -0.25, 1.0, 7.5, 95.0])  # float64 computes in float64
+        got = np.asarray(_function(name)(x))
+        assert got.dtype == np.float64
+        np.testing.assert_allclose(got, REFERENCE[name](x), rtol=1e-13, atol=1e-300)
