@@ -1,4 +1,4 @@
-"""The ufunc methods of heddle.numpy's binary ufuncs: ``outer``, ``reduce``, ``accumulate``, ``reduceat``.
+"""The ufunc methods of heddle.numpy's binary ufuncs: ``outer``, ``reduce``, ``accumulate``, ``at``, ...
 
 jax.numpy's ufuncs (``add``, ``multiply``, ``maximum``, ``logaddexp``, ``logical_and``, ...) carry
 these methods; heddle's versions are attributes of the policy function, with jax.numpy's signatures:
@@ -8,7 +8,9 @@ these methods; heddle's versions are attributes of the policy function, with jax
   ``cumprod`` (float32 accumulation for narrow floats, integers in their accumulation dtype);
 - every other ``reduce``/``accumulate``/``reduceat`` converts the operand to the op's result dtype
   for two such operands, then exactly to the compute dtype (float32 for narrow floats), runs
-  jax.numpy's method there and rounds once: a ``logaddexp.reduce`` of bfloat16 accumulates in float32.
+  jax.numpy's method there and rounds once: a ``logaddexp.reduce`` of bfloat16 accumulates in float32;
+- ``at(a, indices, b, inplace=False)`` converts ``b`` to ``a``'s dtype (the result's), computes in the
+  accumulation dtype (repeated indices combine in float32) and rounds once to ``a``'s dtype.
 """
 
 from __future__ import annotations
@@ -117,7 +119,26 @@ def attach(name: str, op: Callable[..., Any], jufunc: Any, namespace: dict[str, 
         x, result = _prepared(op, a, dtype)
         return _round(jufunc.reduceat(x, indices, axis=axis), result)
 
-    for method in (outer, reduce, accumulate, reduceat):
+    def at(a: Any, indices: Any, b: Any = None, /, *, inplace: bool = True) -> jax.Array:
+        """``a`` with the op applied at ``indices`` (with ``b``), in the accumulation dtype: repeated
+        indices combine in float32 for narrow floats; the result keeps ``a``'s dtype."""
+        if inplace:
+            raise NotImplementedError(
+                f"heddle.numpy.{name}.at(..., inplace=True): JAX arrays are immutable, so the op "
+                f"cannot update a in place; pass inplace=False and use the result: "
+                f"a = heddle.numpy.{name}.at(a, indices, b, inplace=False)"
+            )
+        a = host_data(a)
+        p = current()
+        d = _scalars.resolve((a,), p)
+        comp = compute_dtype(d, p)
+        x = cast(materialise(a, d), comp)
+        if b is None:
+            return _round(jufunc.at(x, indices, inplace=False), d)
+        y = cast(cast(materialise(host_data(b), d), d), comp)
+        return _round(jufunc.at(x, indices, y, inplace=False), d)
+
+    for method in (outer, reduce, accumulate, reduceat, at):
         method.__qualname__ = f"{name}.{method.__name__}"
         method.__doc__ = (
             f"heddle's policy version of ``jax.numpy.{name}.{method.__name__}``.\n\n"

@@ -97,7 +97,7 @@ def test_every_binary_jax_numpy_ufunc_has_the_methods():
     assert {"add", "multiply", "maximum", "logaddexp", "subtract"} <= set(UFUNCS)
     for name in UFUNCS:
         op, theirs = getattr(hnp, name), getattr(jnp, name)
-        for method in ("outer", "reduce", "accumulate", "reduceat"):
+        for method in ("outer", "reduce", "accumulate", "reduceat", "at"):
             ours = inspect.signature(getattr(op, method))
             want = inspect.signature(getattr(theirs, method))
             assert list(ours.parameters) == list(want.parameters), (name, method)
@@ -176,3 +176,24 @@ def test_out_is_refused_with_the_fix():
         hnp.add.reduce(x, out=np.empty((), F16))
     y = hnp.add.reduce(x)  # the fix the message gives
     assert float(y) == 3.0
+
+
+@pytest.mark.parametrize("transform", TRANSFORMS, ids=IDS)
+def test_at_combines_repeated_indices_in_float32(transform):
+    # 4096 additions of 0.1 at one index: float32 running sum, rounded once to bfloat16
+    a = np.zeros(2, BF16)
+    idx = np.zeros(4096, np.int32)
+    b = np.full(4096, 0.1, BF16)
+    got = np.asarray(transform(lambda a, b: hnp.add.at(a, idx, b, inplace=False))(a, b))
+    assert got.dtype == BF16
+    want = round_once(np.array([4096 * float(b[0]), 0.0]), BF16)
+    assert same_bits(got, want)
+    narrow = np.asarray(jnp.add.at(jnp.asarray(a), idx, b, inplace=False))
+    assert not same_bits(narrow, want)  # jax.numpy's bfloat16 scatter-add stalls
+
+
+def test_at_in_place_is_refused_with_the_fix():
+    a = np.zeros(3, F16)
+    with pytest.raises(NotImplementedError, match=r"pass inplace=False and use the result"):
+        hnp.add.at(a, 0, 1.0)
+    assert float(hnp.add.at(a, 0, 1.0, inplace=False)[0]) == 1.0  # the fix the message gives
