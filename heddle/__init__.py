@@ -11,6 +11,7 @@ from heddle import numpy as numpy
 from heddle import policy as policy
 from heddle import quant as quant
 from heddle import scaling as scaling
+from heddle import scipy as scipy
 from heddle.numpy import astype as astype
 from heddle.policy import audit as audit
 from heddle.quant import dequantize as dequantize
@@ -30,4 +31,5 @@ __all__ = [
     "quant",
     "quantize",
     "scaling",
+    "scipy",
 ]

@@ -14,26 +14,46 @@ Examples:
 from __future__ import annotations
 
 import inspect as _inspect
+from typing import TYPE_CHECKING as _TYPE_CHECKING
 
+import jax as _jax
 import jax.numpy as _jnp
 
-from heddle.ops import _core, _creation, _printing, _table
+from heddle.ops import _array_api, _core, _creation, _formulas, _printing, _table, _ufunc
 from heddle.policy import promote_types as promote_types
 from heddle.policy import result_type as result_type
 from heddle.policy._rules import OpClass as _OpClass
 
+if _TYPE_CHECKING:
+    from typing import Any
 
-def astype(x, dtype, *, saturate: bool = False, **kwargs):
+    import jax
+    from jax.typing import ArrayLike, DTypeLike
+
+
+def astype(
+    x: ArrayLike,
+    dtype: DTypeLike | None,
+    /,
+    *,
+    copy: bool = False,
+    device: Any = None,
+    saturate: bool = False,
+) -> jax.Array:
     """Casts ``x`` to ``dtype`` with one correct rounding (POLICY.md 6).
 
     Args:
       x: an array or scalar.
-      dtype: the target dtype-like.
+      dtype: the target dtype-like (None: the policy's default float).
+      copy: always return a new array, even when ``x`` already has ``dtype`` (as jax.numpy).
+      device: a device or sharding to put the result on (as jax.numpy).
       saturate: clamp finite overflow to the largest finite value instead of inf/NaN.
-      **kwargs: ``copy``/``device`` as in jax.numpy.astype (accepted, not needed).
 
     Returns:
       The array in exactly ``dtype``.
+
+    Raises:
+      PrecisionError: a 64-bit ``dtype`` while ``jax_enable_x64`` is off.
 
     Examples:
       >>> import heddle.numpy as hnp
@@ -41,22 +61,27 @@ def astype(x, dtype, *, saturate: bool = False, **kwargs):
       dtype(bfloat16)
     """
     from heddle.policy import _dtypes
+    from heddle.policy._policy import current
 
-    d = _dtypes.require_available(_dtypes.dtype(dtype), "astype")
-    if _core._astype is not None:
-        return _core._astype(x, d, saturate=saturate)
-    return _core.cast(x, d)
+    d = current().default_float if dtype is None else _dtypes.dtype(dtype)
+    d = _dtypes.require_available(d, "astype")
+    out = _core._astype(x, d, saturate=saturate) if _core._astype is not None else _core.cast(x, d)
+    if copy and out is x:
+        out = _jnp.array(out, copy=True)
+    return out if device is None else _jax.device_put(out, device)
 
 
 def _build() -> dict:
     names: dict = {}
     for name, (op_class, plan, values) in _table.OPS.items():
-        fn = getattr(_jnp, name, None)
-        if fn is None:
+        jfn = getattr(_jnp, name, None)
+        if jfn is None:
             continue
-        names[name] = _core.make_op(
-            name, _core.OpSpec(fn=fn, op_class=op_class, plan=plan, values=values)
+        spec = _core.OpSpec(
+            fn=_formulas.NUMPY.get(name, jfn), op_class=op_class, plan=plan, values=values
         )
+        names[name] = _core.make_op(name, spec)
+        names[name].__doc__ = _core._doc(name, spec, jfn)
     for name in _table.PASS:
         if hasattr(_jnp, name):
             names[name] = getattr(_jnp, name)
@@ -64,6 +89,9 @@ def _build() -> dict:
         obj = getattr(_jnp, name)
         if not name.startswith("_") and _inspect.isclass(obj):
             names.setdefault(name, obj)  # dtype scalar types, finfo, iinfo, ndarray, ...
+    for name in _ufunc.ufunc_names():
+        if name in names:
+            _ufunc.attach(name, names[name], getattr(_jnp, name), names)
     names.update(_creation.CREATION)
     names.update(_printing.PRINTING)
     return names
@@ -76,5 +104,8 @@ from heddle.ops._linalg import fft as fft  # noqa: E402
 from heddle.ops._linalg import linalg as linalg  # noqa: E402
 
 del _OpClass
+
+__array_api_version__ = _array_api.ARRAY_API_VERSION
+__array_namespace_info__ = _array_api.array_namespace_info
 
 __all__ = sorted({*_NAMES, "astype", "fft", "linalg", "promote_types", "result_type"})

@@ -194,6 +194,7 @@ LAX: dict[str, tuple[str, str]] = {
         ("reduction", "accumulates in acc_dtype, rounded once; integers return acc_dtype"),
     ),
     "cumlogsumexp": ("float_only", "computed in float32 for narrow floats, rounded once"),
+    "logistic": ("elementwise", "computed in float32 for narrow floats, rounded once"),
     **dict.fromkeys(
         "reduce reduce_window".split(),
         ("generic reduction", "acc_dtype when the computation is add or mul, else unchanged"),
@@ -247,6 +248,10 @@ def build() -> dict[str, Any]:
             op = _contraction(jfn, name)
         elif kind == "reduction":
             op = _accumulating(jfn, name, OpClass.REDUCTION)
+        elif kind == "elementwise":
+            from heddle.ops._float_op import float_op
+
+            op = float_op(jfn, f"lax.{name}")
         elif kind == "float_only":
             op = _accumulating(jfn, name, OpClass.FLOAT_ONLY)
         else:

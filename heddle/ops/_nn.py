@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from heddle.ops import _formulas
 from heddle.ops._core import cast, compute_dtype, materialise, remember
 from heddle.ops._float_op import float_op, host_data, precision_scope, round_outputs
 from heddle.policy import _dtypes as D
@@ -238,7 +239,8 @@ def build() -> dict[str, Any]:
     names: dict[str, Any] = {}
     for name, (op_class, values, params) in FLOAT_OPS.items():
         jfn = getattr(jax.nn, name)
-        op = float_op(jfn, f"nn.{name}", op_class=op_class, values=values, params=params)
+        fn = _formulas.NN.get(name, jfn)
+        op = float_op(fn, f"nn.{name}", op_class=op_class, values=values, params=params)
         op.__doc__ = _doc(name, op_class, jfn)
         names[name] = op
     for name, (lo, hi) in CLIP_OPS.items():

@@ -15,6 +15,8 @@ import types
 
 import jax
 import jax.numpy as jnp
+import jax.scipy.special
+import jax.scipy.stats
 import ml_dtypes
 import numpy as np
 import pytest
@@ -22,7 +24,8 @@ import pytest
 import heddle.lax
 import heddle.nn
 import heddle.numpy as hnp
-from heddle.ops import _creation, _lax, _linalg, _nn, _table
+import heddle.scipy
+from heddle.ops import _creation, _lax, _linalg, _nn, _special, _table
 
 P = inspect.Parameter
 _POSITIONAL = (P.POSITIONAL_ONLY, P.POSITIONAL_OR_KEYWORD)
@@ -109,6 +112,27 @@ def test_submodule_tables_match_jax(src, tables):
 def test_every_name_exists(src, ours):
     missing = sorted(n for n in _public(src) if not hasattr(ours, n))
     assert not missing, f"missing from {ours.__name__}: {missing}"
+
+
+def test_every_jax_scipy_special_name_is_classified_once():
+    classified = [*_special.SPECIAL, *_special.CREATION, *_special.PASS]
+    assert len(classified) == len(set(classified)), "a name is classified twice"
+    src = _public(jax.scipy.special)
+    missing = sorted(src - set(classified))
+    assert not missing, f"jax.scipy.special names with no classification in _special.py: {missing}"
+    assert sorted(set(classified) - src) == [], "classified names jax.scipy.special lacks"
+    assert sorted(n for n in src if not hasattr(heddle.scipy.special, n)) == []
+    for name in _special.SPECIAL:  # every one is a policy version, none is JAX's own object
+        assert getattr(heddle.scipy.special, name) is not getattr(jax.scipy.special, name), name
+
+
+@pytest.mark.parametrize("dist", sorted(_special.STATS))
+def test_scipy_stats_distributions_have_every_function(dist):
+    theirs, ours = getattr(jax.scipy.stats, dist), getattr(heddle.scipy.stats, dist)
+    names = {n for n in _public(theirs) if callable(getattr(theirs, n))}
+    assert names and names <= _public(ours)
+    for name in names:
+        assert getattr(ours, name) is not getattr(theirs, name), name
 
 
 def test_lax_classification():
@@ -204,6 +228,11 @@ def _pairs():
         ("nn", jax.nn, heddle.nn),
         ("initializers", jax.nn.initializers, heddle.nn.initializers),
         ("lax", jax.lax, heddle.lax),
+        ("scipy.special", jax.scipy.special, heddle.scipy.special),
+        *(
+            (f"scipy.stats.{d}", getattr(jax.scipy.stats, d), getattr(heddle.scipy.stats, d))
+            for d in sorted(_special.STATS)
+        ),
     ]
     for space, src, ours in spaces:
         for name in sorted(_public(src)):

@@ -476,3 +476,40 @@ def test_promotion_error_through_standardize():
         hnn.standardize(x, mean=mean)
     assert "heddle.astype(x, 'float16')" in str(e.value)
     assert hnn.standardize(x.astype(F16), mean=mean.astype(F16)).dtype == F16
+
+
+# --- the float32 formulas of heddle/ops/_formulas.py: values and gradients -------------------------
+
+
+def _squareplus64(x, b=4.0):
+    h = np.hypot(x, np.sqrt(b))
+    return np.where(x >= 0, (x + h) / 2, b / (2 * (h - x)))
+
+
+def test_squareplus_negative_tail_and_parameter(transform):
+    x = np.array([-9136.0, -300.0, -1.5, 0.0, 2.0, 6e4], F16)
+    for b in (4.0, 0.25):
+        got = np.asarray(transform(lambda v, b=b: hnn.squareplus(v, b))(x))
+        want = round_once(_squareplus64(x.astype(np.float64), b), F16)
+        np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16))
+    # JAX's own formula cancels: squareplus(-9136) is 0 in float32 and float16
+    assert float(jax.nn.squareplus(np.float32(-9136))) == 0.0
+
+
+def test_formula_gradients_are_the_derivatives(transform):
+    # d/dx squareplus = (1 + x / sqrt(x^2 + b)) / 2; d/dx gelu_tanh = s + x s (1 - s) y'(x) with
+    # s = sigmoid(2y), y = c (x + 0.044715 x^3), written out in float64
+    x = np.array([-9136.0, -20.0, -4.64, -1.0, 0.0, 0.5, 3.0, 1e6], F32)
+    x64 = x.astype(np.float64)
+    g = np.asarray(transform(jax.vmap(jax.grad(lambda v: hnn.squareplus(v))))(x), np.float64)
+    want = (1 + x64 / np.sqrt(x64 * x64 + 4)) / 2
+    np.testing.assert_allclose(g, want, rtol=1e-5, atol=1e-12)
+    c = np.sqrt(2 / np.pi)
+    y = c * (x64 + 0.044715 * x64**3)
+    with np.errstate(over="ignore"):
+        s = 1 / (1 + np.exp(-2 * y))
+    dy = c * (1 + 3 * 0.044715 * x64**2)
+    want = s + x64 * s * (1 - s) * 2 * dy
+    g = np.asarray(transform(jax.vmap(jax.grad(lambda v: hnn.gelu(v))))(x), np.float64)
+    np.testing.assert_allclose(g, want, rtol=1e-5, atol=1e-12)
+    assert np.isfinite(g).all()

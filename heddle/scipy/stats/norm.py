@@ -1,0 +1,16 @@
+"""``jax.scipy.stats.norm`` under heddle's dtype policy: float32 for narrow inputs, rounded once.
+
+Examples:
+  >>> import heddle.scipy.stats.norm
+  >>> heddle.scipy.stats.norm.cdf(0.0)
+  Array(0.5, dtype=float32)
+"""
+
+from __future__ import annotations
+
+from heddle.ops import _special
+
+_NAMES = _special.build_stats("norm")
+globals().update(_NAMES)
+
+__all__ = sorted(_NAMES)
