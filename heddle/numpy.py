@@ -54,9 +54,15 @@ def _build() -> dict:
         fn = getattr(_jnp, name, None)
         if fn is None:
             continue
-        names[name] = _core.make_op(
-            name, _core.OpSpec(fn=fn, op_class=op_class, plan=plan, values=values)
+        spec = _core.OpSpec(
+            fn=fn,
+            op_class=op_class,
+            plan=plan,
+            values=values,
+            value_kwargs=_table.VALUE_KWARGS.get(name, ()),
+            sequence=_table.SEQUENCES.get(name),
         )
+        names[name] = _core.make_op(name, spec)
     for name in _table.PASS:
         if hasattr(_jnp, name):
             names[name] = getattr(_jnp, name)

@@ -262,6 +262,20 @@ def _int_word(xp: Any, x: Any, w: int) -> _Word:
     )
 
 
+def _nan_pattern(word: _Word, fmt: Layout, u: Any) -> Any:
+    """The pattern a NaN source becomes: its sign kept where the target has signed NaNs (IEEE
+    formats and ``fn`` ones), and for IEEE targets the leading fraction bits of its payload, quiet,
+    as NumPy and XLA's convert do; the one NaN pattern of ``fnuz``/``e8m0`` (and +0 for ``none``)."""
+    if fmt.specials not in ("ieee", "fn"):
+        return u(fmt.nan)
+    sign = word.sign << u(fmt.nbits - 1)
+    if fmt.specials == "fn":
+        return sign | u(fmt.nan)
+    t = fmt.mbits
+    payload = (word.sig >> u(word.f - t)) & u((1 << t) - 1)
+    return sign | u(fmt.max_mag + 1) | u(1 << (t - 1)) | payload
+
+
 def round_from_bits(xp: Any, x: Any, dst: np.dtype, saturate: bool) -> Any:
     fmt, src = layout(dst), np.dtype(x.dtype)
     if src == np.float64:  # 32 bits hold 21 fraction bits and a sticky bit: enough up to float16
@@ -315,5 +329,5 @@ def round_from_bits(xp: Any, x: Any, dst: np.dtype, saturate: bool) -> Any:
         pos, neg = fmt.infinity(0, saturate), fmt.infinity(1, saturate)
         out = xp.where(word.inf, xp.where(word.sign == u(1), u(neg), u(pos)), out)
     if word.nan is not None:
-        out = xp.where(word.nan, u(fmt.nan), out)
+        out = xp.where(word.nan, _nan_pattern(word, fmt, u), out)
     return xp.bitcast(xp.convert(out, np.dtype(f"u{max(fmt.nbits, 8) // 8}")), dst)
