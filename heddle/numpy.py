@@ -78,7 +78,12 @@ def _build() -> dict:
         if jfn is None:
             continue
         spec = _core.OpSpec(
-            fn=_formulas.NUMPY.get(name, jfn), op_class=op_class, plan=plan, values=values
+            fn=_formulas.NUMPY.get(name, jfn),
+            op_class=op_class,
+            plan=plan,
+            values=values,
+            value_kwargs=_table.VALUE_KWARGS.get(name, ()),
+            sequence=_table.SEQUENCES.get(name),
         )
         names[name] = _core.make_op(name, spec)
         names[name].__doc__ = _core._doc(name, spec, jfn)

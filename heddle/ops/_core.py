@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import functools
+import inspect
 import math
 from collections.abc import Callable, Sequence
 from fractions import Fraction
@@ -64,7 +65,11 @@ class OpSpec:
       plan: fixes the compute and accumulation dtype (POLICY.md 5).
       values: which positional arguments are value operands: a tuple of positions, ``"all"``, or
         ``"seq"`` (the first argument is a sequence of arrays, as in ``concatenate``).
-      value_kwargs: keyword arguments that are value operands too (``where``'s ``x``/``y`` style).
+      value_kwargs: parameters, by name, that are value operands too, whether passed by keyword or
+        by position (``clip``'s ``min``/``max``, ``average``'s ``weights``). ``make_op`` adds the
+        names of the parameters at ``values``' positions, so those work by keyword as well.
+      sequence: the position of an argument that is a sequence of value operands (``select``'s
+        ``choicelist``); ``values="seq"`` is the same at position 0.
     """
 
     fn: Callable[..., Any]
@@ -72,6 +77,46 @@ class OpSpec:
     plan: Plan
     values: tuple[int, ...] | str = "all"
     value_kwargs: tuple[str, ...] = ()
+    sequence: int | None = None
+
+
+_BY_NAME = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+
+
+def with_value_names(spec: OpSpec) -> OpSpec:
+    """``spec`` with its value operands known both by position and by name, from ``spec.fn``'s
+    signature: the names of the value positions join ``value_kwargs``, and the positions of the
+    ``value_kwargs`` join ``values`` (so ``clip(x, min=-5)`` and ``clip(x, -5)`` are the same call)."""
+    try:
+        params = list(inspect.signature(spec.fn).parameters.values())
+    except (TypeError, ValueError):  # pragma: no cover - a builtin without a signature
+        return spec
+    positional = [q for q in params if q.kind in (*_POSITIONAL, inspect.Parameter.VAR_POSITIONAL)]
+    positional = positional[
+        : next((i for i, q in enumerate(positional) if q.kind not in _POSITIONAL), None)
+    ]
+    seq = 0 if spec.values == "seq" else spec.sequence
+    if spec.values == "all":
+        at = range(len(positional))
+    elif spec.values == "seq":
+        at = ()
+    else:
+        at = spec.values
+    names = [
+        positional[i].name for i in at if i < len(positional) and positional[i].kind in _BY_NAME
+    ]
+    names += [n for n in spec.value_kwargs if n not in names]
+    kinds = {q.name: q.kind for q in params}
+    open_kw = any(q.kind is inspect.Parameter.VAR_KEYWORD for q in params)  # pad(**kwargs)
+    unknown = [n for n in names if kinds.get(n, None if open_kw else 0) not in (*_BY_NAME, None)]
+    if unknown:  # a table entry that no longer matches JAX's signature: fail at import, loudly
+        raise TypeError(f"{getattr(spec.fn, '__name__', spec.fn)}: no keyword parameter {unknown}")
+    values = spec.values
+    if isinstance(values, tuple):
+        index = {q.name: i for i, q in enumerate(positional)}
+        extra = sorted(index[n] for n in names if n in index and index[n] not in values)
+        values = tuple(sorted({*values, *extra} - {seq}))
+    return dataclasses.replace(spec, values=values, value_kwargs=tuple(names))
 
 
 def cast(x: Any, d: np.dtype) -> jax.Array:
@@ -86,6 +131,14 @@ def cast(x: Any, d: np.dtype) -> jax.Array:
 def compute_dtype(d: np.dtype, p: Policy) -> np.dtype:
     """The dtype an UPCAST op computes in: the accumulation dtype for floats, ``d`` otherwise."""
     return _rules.acc_dtype(d, p) if D.kind(d) == "f" else d
+
+
+def order_dtype(d: np.dtype) -> np.dtype:
+    """The dtype an order op (max, min, argmax, ...) runs in: ``d``, or float32 for a float format
+    with no negative values (``float8_e8m0fnu``), where JAX's -inf/+inf starting value is NaN.
+    The widening is exact, so the values selected are ``d``'s."""
+    values = _lattice.finite_values(d) if D.kind(d) == "f" else None
+    return np.dtype(np.float32) if values is not None and values[0] > 0 else d
 
 
 def _is_tracer(x: Any) -> bool:
@@ -103,7 +156,24 @@ def _python_scalar_as(x: Any, kind_type: type, d: np.dtype) -> np.ndarray:
         lo, hi = D.int_range(d)
         if not lo <= x <= hi:  # only without range checks (policy.JAX): wrap, as JAX does
             x = (x - lo) % (hi - lo + 1) + lo
+    if D.kind(d) in "fc" and kind_type is int:  # NumPy rounds int -> float64 -> float32: twice
+        return np.asarray(_int_as_float(x, D.real_dtype(d))).astype(d)
     return np.asarray(x, d)  # NumPy rounds float64 -> float32 once, and ints convert exactly
+
+
+def _int_as_float(x: int, d: np.dtype) -> np.ndarray:
+    """A Python int rounded once (to nearest, ties to even) to float32 or float64."""
+    big = _scalars._overflow_threshold(d)
+    if abs(x) >= big:  # only without range checks (policy.JAX): overflow to inf
+        return np.asarray(math.copysign(math.inf, x), d)
+    near = np.asarray(float(x), np.float64).astype(d)  # Python's int -> float rounds once
+    if d == np.float64 or abs(x) <= 2**53:  # float(x) exact: one rounding
+        return near
+    inf = d.type(math.inf)
+    cands = [near, np.nextafter(near, -inf), np.nextafter(near, inf)]
+    cands = [c for c in cands if math.isfinite(c)]
+    bits = np.dtype(f"u{d.itemsize}")
+    return min(cands, key=lambda c: (abs(Fraction(float(c)) - x), int(c.view(bits)) & 1))
 
 
 def _round_scalar(x: float | int, d: np.dtype) -> np.ndarray:
@@ -112,6 +182,8 @@ def _round_scalar(x: float | int, d: np.dtype) -> np.ndarray:
         return np.asarray(x).astype(d)  # inf and NaN: no rounding (a format without inf gives NaN)
     values = _lattice.finite_values(d)
     exact = Fraction(x)
+    if values[0] > 0 and exact < Fraction(float(values[0])):  # no zero (float8_e8m0fnu), as astype:
+        return np.asarray(values[0] if exact > 0 else math.nan).astype(d)  # the smallest, or NaN
     i = int(np.searchsorted(values, float(x)))
     lo, hi = values[max(i - 1, 0)], values[min(i, len(values) - 1)]
     if Fraction(float(hi)) < exact or exact < Fraction(float(lo)):  # past the ends: overflow rule
@@ -167,7 +239,7 @@ def _representative(sig: Any) -> Any:
 @functools.lru_cache(maxsize=8192)
 def _plan(spec: OpSpec, p: Policy, sigs: tuple, dtype_arg: Any, x64: bool, widen: bool) -> tuple:
     operands = tuple(_representative(s) for s in sigs)
-    common = _scalars.resolve(operands, p)
+    common = _scalars.resolve(operands, p, check=False)  # the representatives are not the values
     typed_dtypes = [o for o in operands if isinstance(o, np.dtype)]
     typed = _scalars.resolve(tuple(typed_dtypes), p) if typed_dtypes else None
     dtypes = _result_and_compute(spec, common, dtype_arg, p, widen)
@@ -222,43 +294,61 @@ def _result_and_compute(spec: OpSpec, common: np.dtype, dtype_arg: Any, p: Polic
     if spec.plan is Plan.PREFERRED:  # accumulates in the wider of the input's and result's acc
         result, acc = _rules.reduction_dtypes(common, dtype_arg, p)
         return result, common, contraction_operand_dtype(common, acc, widen), acc
-    result = _rules.result_dtype(spec.op_class, common, policy=p)
-    if spec.op_class in (OpClass.COMPARISON, OpClass.INDEX, OpClass.SELECTION):
+    if dtype_arg is not None:  # dtype= sets the result: operands convert to it directly, once
+        result = dtype_arg
+    else:
+        result = _rules.result_dtype(spec.op_class, common, policy=p)
+    if spec.op_class in (OpClass.INDEX, OpClass.SELECTION):  # orders (max, argmax, sort)
+        return result, common, order_dtype(common), None
+    if spec.op_class is OpClass.COMPARISON:
         return result, common, common, None
     comp = compute_dtype(result, p) if spec.plan is Plan.UPCAST else result
     return result, result, comp, None
 
 
+_POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
 _EAGER = object()  # marks an op that cannot run as one jitted kernel
 _PRECISION = {"highest": lax.Precision.HIGHEST, "high": lax.Precision.HIGH, "default": None}
+
+
+def _is_value(x: Any) -> bool:
+    """Whether an argument at a value operand's place is a value (not None, not a mode string such
+    as ``interp``'s ``left="extrapolate"``)."""
+    return x is not None and not isinstance(x, str)
 
 
 def _split(spec: OpSpec, args: tuple[Any, ...], kwargs: dict[str, Any]):
     """(value operands, template): the template holds every other argument and where values go."""
     if spec.values == "all" and not kwargs and not any(a is None for a in args):
-        return args, ((tuple(range(len(args))), ()), (None,) * len(args), ())
-    if spec.values == "seq":
-        seq = tuple(args[0])
-        return seq, (("seq", len(seq)), args[1:], tuple(kwargs.items()))
-    pos = range(len(args)) if spec.values == "all" else [i for i in spec.values if i < len(args)]
-    pos = tuple(i for i in pos if args[i] is not None)
-    kws = tuple(k for k in spec.value_kwargs if kwargs.get(k) is not None)
+        return args, ((tuple(range(len(args))), (), None), (None,) * len(args), ())
+    seq = 0 if spec.values == "seq" else spec.sequence
+    if spec.values == "all":
+        pos = range(len(args))
+    else:
+        pos = [i for i in (() if spec.values == "seq" else spec.values) if i < len(args)]
+    pos = tuple(i for i in pos if _is_value(args[i]) and i != seq)
+    kws = tuple(k for k in spec.value_kwargs if _is_value(kwargs.get(k)))
     operands = tuple(args[i] for i in pos) + tuple(kwargs[k] for k in kws)
-    skeleton = tuple(None if i in pos else a for i, a in enumerate(args))
+    if seq is not None and seq < len(args):
+        items = tuple(args[seq])
+        operands, seqs = operands + items, (seq, len(items))
+    else:
+        seqs = None
+    skeleton = tuple(None if i in pos or (seqs and i == seq) else a for i, a in enumerate(args))
     rest = tuple((k, v) for k, v in kwargs.items() if k not in kws)
-    return operands, ((pos, kws), skeleton, rest)
+    return operands, ((pos, kws, seqs), skeleton, rest)
 
 
 def _rebuild(template: tuple, values: Sequence[Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    where, skeleton, rest = template
-    if where[0] == "seq":
-        return (list(values), *skeleton), dict(rest)
-    pos, kws = where
+    (pos, kws, seqs), skeleton, rest = template
     args = list(skeleton)
+    n = len(pos) + len(kws)
     for i, v in zip(pos, values[: len(pos)], strict=True):
         args[i] = v
     kwargs = dict(rest)
-    kwargs.update(zip(kws, values[len(pos) :], strict=True))
+    kwargs.update(zip(kws, values[len(pos) : n], strict=True))
+    if seqs is not None:
+        args[seqs[0]] = list(values[n:])
     return tuple(args), kwargs
 
 
@@ -370,8 +460,11 @@ def make_op(name: str, spec: OpSpec) -> Callable[..., Any]:
     """Builds the public function for ``spec`` with the signature of ``spec.fn``."""
     if spec.plan is Plan.PASS:
         return spec.fn
+    spec = with_value_names(spec)
 
     dtype_kw = {Plan.ACC_DTYPE: "dtype", Plan.PREFERRED: "preferred_element_type"}.get(spec.plan)
+    if dtype_kw is None and spec.op_class not in (OpClass.INDEX, OpClass.COMPARISON):
+        dtype_kw = "dtype" if "dtype" in _parameters(spec.fn) else None  # dtype= sets the result
     # (id(policy), signatures, dtype=, x64) -> (policy, dtype plan, {template: jitted steps 2-4});
     # policies are interned (heddle.policy.use), so equal policies share one id
     plans: dict[tuple, tuple] = {}
@@ -387,7 +480,9 @@ def make_op(name: str, spec: OpSpec) -> Callable[..., Any]:
     )
 
     def general_key(p: Policy, args: tuple, kwargs: dict[str, Any]) -> tuple | None:
-        if spec.values == "seq" or any(k in kwargs for k in spec.value_kwargs):
+        if spec.values == "seq" or spec.sequence is not None:
+            return None
+        if any(k in kwargs for k in spec.value_kwargs):
             return None
         parts = [
             _fast_key(a) if positions is None or i in positions else (type(a), a)
@@ -460,6 +555,13 @@ def make_op(name: str, spec: OpSpec) -> Callable[..., Any]:
 
     op.__doc__ = _doc(name, spec, spec.fn)
     return op
+
+
+def _parameters(fn: Callable[..., Any]) -> Any:
+    try:
+        return inspect.signature(fn).parameters
+    except (TypeError, ValueError):  # pragma: no cover - a builtin without a signature
+        return {}
 
 
 def _doc(name: str, spec: OpSpec, fn: Callable[..., Any]) -> str:

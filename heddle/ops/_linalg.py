@@ -32,7 +32,7 @@ from heddle.policy import _rules, _scalars
 from heddle.policy._policy import current
 from heddle.policy._rules import OpClass
 
-A, F, IDX, R = OpClass.ARITHMETIC, OpClass.FLOAT_ONLY, OpClass.INDEX, OpClass.REDUCTION
+A, F, R = OpClass.ARITHMETIC, OpClass.FLOAT_ONLY, OpClass.REDUCTION
 
 # name -> (op class, value operands, hyper-parameters): computed in acc_dtype, outputs rounded once.
 LINALG_FLOAT: dict[str, tuple[OpClass, tuple[str, ...], tuple[str, ...]]] = {
@@ -48,8 +48,8 @@ LINALG_FLOAT: dict[str, tuple[OpClass, tuple[str, ...], tuple[str, ...]]] = {
     "cond": (F, ("x",), ()),
     # norms are reductions whose result is float: computed in float32, rounded once
     **dict.fromkeys("norm matrix_norm vector_norm".split(), (F, ("x",), ())),
-    # a count: computed on the float values, result in the index dtype
-    "matrix_rank": (IDX, ("M",), ("rtol", "tol")),
+    # a count: computed on the float values (a float op), its integer output in the index dtype
+    "matrix_rank": (F, ("M",), ("rtol", "tol")),
 }
 
 # name -> (op class, plan, value positions), built with heddle.numpy's own mechanism.

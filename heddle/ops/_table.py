@@ -30,9 +30,11 @@ OPS: dict[str, tuple[OpClass, Plan, tuple[int, ...] | str]] = {
     # arithmetic, computed in float32 for narrow floats and rounded once
     **dict.fromkeys(
         "add subtract multiply maximum minimum power pow remainder mod fmod floor_divide divmod "
-        "copysign fmax fmin heaviside gcd lcm kron outer polyadd polysub polymul polyval".split(),
+        "copysign fmax fmin heaviside gcd lcm kron outer polyadd polysub".split(),
         (A, UP, "all"),
     ),
+    # sums of products (a convolution, Horner's rule): integers accumulate in acc_dtype, as matmul
+    **dict.fromkeys("polymul polyval".split(), (R, UP, "all")),
     # the same, with static arguments (axis, order, ...) after the value operands
     **dict.fromkeys("diff ediff1d ptp vander".split(), (A, UP, FIRST)),
     "cross": (A, UP, FIRST_TWO),
@@ -48,6 +50,7 @@ OPS: dict[str, tuple[OpClass, Plan, tuple[int, ...] | str]] = {
     ),
     "append": (A, NAT, FIRST_TWO),
     "where": (A, NAT, (1, 2)),
+    "select": (A, NAT, (2,)),  # and the sequence choicelist (SEQUENCES)
     "clip": (A, NAT, "all"),
     # integrality-preserving: the input dtype
     **dict.fromkeys(
@@ -55,9 +58,8 @@ OPS: dict[str, tuple[OpClass, Plan, tuple[int, ...] | str]] = {
         "conjugate".split(),
         (G, UP, FIRST),
     ),
-    **dict.fromkeys(
-        "bitwise_not invert bitwise_invert nan_to_num spacing nextafter".split(), (G, NAT, "all")
-    ),
+    **dict.fromkeys("bitwise_not invert bitwise_invert spacing nextafter".split(), (G, NAT, "all")),
+    "nan_to_num": (G, NAT, FIRST),  # and nan=, posinf=, neginf= (VALUE_KWARGS)
     # float-only: a float keeps its dtype, an integer becomes the default float
     **dict.fromkeys(
         "exp exp2 expm1 log log10 log1p log2 sqrt cbrt sin cos tan arcsin arccos arctan asin acos "
@@ -68,10 +70,11 @@ OPS: dict[str, tuple[OpClass, Plan, tuple[int, ...] | str]] = {
     ),
     # float-only with static arguments after the value operands
     **dict.fromkeys(
-        "unwrap average median nanmedian percentile nanpercentile quantile nanquantile gradient "
+        "unwrap average median nanmedian percentile nanpercentile quantile nanquantile "
         "polyder polyint roots poly frexp ldexp sort_complex".split(),
         (F, UP, FIRST),
     ),
+    "gradient": (F, UP, "all"),  # the spacings (*varargs) combine with f
     **dict.fromkeys("corrcoef cov trapezoid polyfit".split(), (F, UP, FIRST_TWO)),
     "interp": (F, UP, (0, 1, 2)),
     # float-only and accumulating, with a dtype= argument
@@ -107,18 +110,78 @@ OPS: dict[str, tuple[OpClass, Plan, tuple[int, ...] | str]] = {
         (IDX, NAT, FIRST),
     ),
     **dict.fromkeys("searchsorted digitize".split(), (IDX, NAT, FIRST_TWO)),
+    # order reductions: the input dtype, values copied (run on an exact widening where JAX's
+    # -inf/+inf starting value does not exist, see _core.order_dtype)
+    **dict.fromkeys("max min amax amin nanmax nanmin".split(), (S, NAT, FIRST)),
+    # copies that write values of their own: those promote with the array (no silent wrap)
+    "pad": (S, NAT, FIRST),  # and constant_values=, end_values= (VALUE_KWARGS)
+    "fill_diagonal": (S, NAT, FIRST_TWO),
+    **dict.fromkeys("insert put place put_along_axis".split(), (S, NAT, (0, 2))),
+}
+
+# Value operands passed by name (or at a later position): they take part in promotion and are
+# converted like the positional ones. ``tests/ops/test_value_operands.py`` reads every op's
+# jax.numpy signature: each parameter that takes arrays is a value operand or in NOT_VALUES.
+VALUE_KWARGS: dict[str, tuple[str, ...]] = {
+    "diff": ("prepend", "append"),
+    "ediff1d": ("to_end", "to_begin"),
+    "nan_to_num": ("nan", "posinf", "neginf"),
+    "unwrap": ("discont", "period"),
+    "average": ("weights",),
+    **dict.fromkeys("percentile nanpercentile quantile nanquantile".split(), ("q", "weights")),
+    "polyint": ("k",),
+    "cov": ("aweights",),
+    "trapezoid": ("dx",),
+    "polyfit": ("w",),
+    "interp": ("left", "right", "period"),
+    **dict.fromkeys("var std nanvar nanstd".split(), ("mean",)),
+    **dict.fromkeys(
+        "sum prod nansum nanprod max min amax amin nanmax nanmin".split(), ("initial",)
+    ),
+    "select": ("default",),
+    "pad": ("constant_values", "end_values"),
+}
+
+# name -> position of an argument that is a sequence of value operands
+SEQUENCES: dict[str, int] = {"select": 1}
+
+# Parameters that take arrays but are not value operands: "param" for every op, "op.param" for one.
+NOT_VALUES: dict[str, str] = {
+    "where": "a bool mask choosing the elements, not a value",
+    "condition": "a bool mask choosing the operand, not a value",
+    "condlist": "bool masks choosing the operand, not values",
+    "fill_value": "fills the index output of the size= form, not a value of the result",
+    "out_sharding": "a sharding, not a value",
+    "_dot_general": "a function, not a value",
+    "out": "JAX does not support out=",
+    "sorter": "integer indices into the sorted array",
+    "method": "the name of an algorithm",
+    "trace.offset": "the diagonal offset, an integer",
+    "pad.pad_width": "integer widths, not values",
+    "insert.obj": "integer positions, not values",
+    "put.ind": "integer positions, not values",
+    "put_along_axis.indices": "integer positions, not values",
+    "place.mask": "a bool mask choosing the elements, not a value",
+    "ldexp.x2": "the integer exponent: ldexp(x, 3) is x * 2**3 in x's dtype",
+    "cov.fweights": "integer repeat counts of the observations",
+    "isclose.rtol": "a tolerance (hyper-parameter) applied in the operands' dtype",
+    "isclose.atol": "a tolerance (hyper-parameter) applied in the operands' dtype",
+    "allclose.rtol": "a tolerance (hyper-parameter) applied in the operands' dtype",
+    "allclose.atol": "a tolerance (hyper-parameter) applied in the operands' dtype",
+    "linalg.cond.p": "the order of the norm",
+    "linalg.cross.axis": "the axis, an integer",
 }
 
 # Names with no dtype decision, each with the reason it passes through unchanged.
 PASS_REASONS = {
     "selection": (
         "values are copied bit-exactly, the result has the input's dtype",
-        "max min amax amin nanmax nanmin sort partition take take_along_axis compress "
+        "sort partition take take_along_axis compress "
         "extract reshape transpose flip fliplr flipud roll tile repeat squeeze expand_dims ravel "
         "moveaxis swapaxes rollaxis rot90 matrix_transpose permute_dims broadcast_to broadcast_arrays "
         "atleast_1d atleast_2d atleast_3d split array_split hsplit vsplit dsplit unstack diagonal "
-        "diag diagflat tril triu pad trim_zeros resize delete insert copy put put_along_axis place "
-        "fill_diagonal choose select piecewise block meshgrid unique unique_all unique_counts "
+        "diag diagflat tril triu trim_zeros resize delete copy "
+        "choose piecewise block meshgrid unique unique_all unique_counts "
         "unique_inverse unique_values union1d intersect1d setdiff1d setxor1d real imag "
         "bitwise_count packbits unpackbits ix_",
     ),

@@ -262,6 +262,16 @@ def _int_word(xp: Any, x: Any, w: int) -> _Word:
     )
 
 
+def _nan_magnitude(word: _Word, fmt: Layout, u: Any) -> Any:
+    """The pattern, without its sign, that a NaN source becomes in an IEEE or ``fn`` target (the
+    sign is added with every other value's): for IEEE targets the leading fraction bits of its
+    payload, quiet, as NumPy and XLA's convert do; ``fn`` targets have one NaN per sign."""
+    if fmt.specials == "fn":
+        return u(fmt.nan)
+    # sig's implicit bit lands on the exponent field's lowest bit, which is set in a NaN anyway
+    return (word.sig >> u(word.f - fmt.mbits)) | u(fmt.max_mag + 1 | 1 << (fmt.mbits - 1))
+
+
 def round_from_bits(xp: Any, x: Any, dst: np.dtype, saturate: bool) -> Any:
     fmt, src = layout(dst), np.dtype(x.dtype)
     if src == np.float64:  # 32 bits hold 21 fraction bits and a sticky bit: enough up to float16
@@ -303,6 +313,8 @@ def round_from_bits(xp: Any, x: Any, dst: np.dtype, saturate: bool) -> Any:
         out = xp.where((word.sign == u(1)) | zero, u(fmt.nan), out)
     else:
         out = xp.where(over, u(ovf & ~int(sign_bit)), enc)
+        if word.nan is not None and fmt.specials in ("ieee", "fn"):  # signed NaNs: keep the sign
+            out = xp.where(word.nan, _nan_magnitude(word, fmt, u), out)
         out = out | (word.sign << u(fmt.nbits - 1))
         if fmt.specials == "fnuz":  # no -0; NaN is the -0 pattern
             out = xp.where((out & ~sign_bit) == u(0), u(0), out)
@@ -314,6 +326,6 @@ def round_from_bits(xp: Any, x: Any, dst: np.dtype, saturate: bool) -> Any:
     if word.inf is not None and (saturate or word.bias + 1 <= fmt.emax):
         pos, neg = fmt.infinity(0, saturate), fmt.infinity(1, saturate)
         out = xp.where(word.inf, xp.where(word.sign == u(1), u(neg), u(pos)), out)
-    if word.nan is not None:
-        out = xp.where(word.nan, u(fmt.nan), out)
+    if word.nan is not None and fmt.specials not in ("ieee", "fn"):
+        out = xp.where(word.nan, u(fmt.nan), out)  # the one NaN pattern (+0 for "none" formats)
     return xp.bitcast(xp.convert(out, np.dtype(f"u{max(fmt.nbits, 8) // 8}")), dst)

@@ -261,7 +261,9 @@ def reduction_dtypes(
 
     An explicit ``dtype`` sets the result; accumulation is the wider of the accumulation dtypes of the
     input and the result (POLICY.md 4, last paragraph): their promotion, so an integer input with a
-    float ``dtype`` accumulates in the float's accumulation dtype.
+    float ``dtype`` accumulates in the float's accumulation dtype. Where the result's accumulation
+    dtype already holds every input value, it is the one (``uint8`` summed with ``dtype=int32``
+    accumulates in int32, not in the int64 promotion of uint32 and int32).
 
     Args:
       d: the input's dtype-like.
@@ -285,5 +287,6 @@ def reduction_dtypes(
     d = D.dtype(d)
     result = _reduction(p, (d,)) if dtype is None else D.dtype(dtype)
     a, b = acc_dtype(d, p), acc_dtype(result, p)
-    acc = a if a == b else p.promote(a, b)
-    return result, acc
+    if a == b or (dtype is not None and _lattice.lossless(d, b)):
+        return result, b
+    return result, p.promote(a, b)

@@ -229,8 +229,11 @@ def _describe(x: Any, value: Any) -> str | None:
     return f"the element {_show(value)} of a weakly typed JAX array"
 
 
-def resolve(operands: tuple[Any, ...], policy: Policy | None = None) -> np.dtype:
-    """``result_type`` with an explicit policy; the ops call this."""
+def resolve(
+    operands: tuple[Any, ...], policy: Policy | None = None, *, check: bool = True
+) -> np.dtype:
+    """``result_type`` with an explicit policy; the ops call this. ``check=False`` skips the range
+    checks (for representative scalars that stand for a kind, not for a value)."""
     p = policy or current()
     typed_dtypes: list[np.dtype] = []
     scalars: list[tuple[str, Any]] = []
@@ -248,7 +251,7 @@ def resolve(operands: tuple[Any, ...], policy: Policy | None = None) -> np.dtype
         else:
             rule = SCALAR_RULES[top, D.kind(typed)]
             result = {"typed": typed, "default": _default(p, top)}.get(rule) or _complex_of(typed)
-        for _, x in scalars:
+        for _, x in scalars if check else ():
             values = _concrete(x)
             for value in values:
                 _check_range(value, result, p, typed, _describe(x, value))
