@@ -163,8 +163,8 @@ def run(args: argparse.Namespace) -> int:
     Returns:
       The exit status: 0 no finding of the ``--fail-on`` kinds, 1 some, 2 a usage error.
     """
-    from heddle.policy._audit import KINDS, audit
     from heddle.policy._errors import message
+    from heddle.programs._audit import KINDS, audit
 
     try:
         fn = load_target(args.target)
@@ -199,7 +199,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _spec_text(s: Any) -> str:
-    from heddle.policy._audit_ir import short
+    from heddle.programs._audit_ir import short
 
     return f"{short(s.dtype)}[{','.join(map(str, s.shape))}]"
 
@@ -221,7 +221,7 @@ def add_audit_parser(subparsers: Any) -> argparse.ArgumentParser:
       >>> parser.parse_args(["audit", "m:f", "--args", "f32[2]"]).args
       [ShapeDtypeStruct(shape=(2,), dtype=float32)]
     """
-    from heddle.policy._audit import KINDS
+    from heddle.programs._audit import KINDS
 
     p = subparsers.add_parser(
         "audit",

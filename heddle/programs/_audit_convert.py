@@ -21,7 +21,9 @@ from jax.extend import core as jcore
 
 from heddle.policy import _dtypes as D
 from heddle.policy import _lattice
-from heddle.policy._audit_ir import (
+from heddle.policy._errors import PolicyError
+from heddle.policy._scalars import result_type
+from heddle.programs._audit_ir import (
     DATA_MOVEMENT,
     IMPLICIT_PROMOTION,
     INDEX_OPERANDS,
@@ -37,9 +39,7 @@ from heddle.policy._audit_ir import (
     short,
     subjaxprs,
 )
-from heddle.policy._audit_source import LIBRARY_BODY, Site, SiteCache
-from heddle.policy._errors import PolicyError
-from heddle.policy._scalars import result_type
+from heddle.programs._audit_source import LIBRARY_BODY, Site, SiteCache
 
 
 class ConversionRules:

@@ -15,8 +15,9 @@ from typing import Any
 import numpy as np
 
 from heddle.policy import _dtypes as D
-from heddle.policy._audit_convert import ConversionRules
-from heddle.policy._audit_ir import (
+from heddle.policy._rules import acc_dtype
+from heddle.programs._audit_convert import ConversionRules
+from heddle.programs._audit_ir import (
     ACCUMULATIONS,
     CONTRACTIONS,
     EXPS,
@@ -36,8 +37,7 @@ from heddle.policy._audit_ir import (
     short,
     subjaxprs,
 )
-from heddle.policy._audit_source import LIBRARY_BODY, Site, SiteCache
-from heddle.policy._rules import acc_dtype
+from heddle.programs._audit_source import LIBRARY_BODY, Site, SiteCache
 
 
 class Walker(ConversionRules):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import warnings
 
-import _models as M  # tests/policy is on sys.path (pytest rootdir-less import)
+import _models as M  # tests/programs is on sys.path (pytest rootdir-less import)
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -16,7 +16,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from heddle import policy
-from heddle.policy import _audit
+from heddle.programs import _audit
 
 audit = _audit.audit
 NA, IP, LC, F64 = _audit.KINDS

@@ -6,15 +6,15 @@ import dataclasses
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from heddle.policy._audit_ir import (
+from heddle.policy._errors import PolicyError, message
+from heddle.programs._audit_ir import (
     FLOAT64_UNAVAILABLE,
     IMPLICIT_PROMOTION,
     LOSSY_CONVERSION,
     NARROW_ACCUMULATION,
     RawFinding,
 )
-from heddle.policy._audit_source import Frame, source_line
-from heddle.policy._errors import PolicyError, message
+from heddle.programs._audit_source import Frame, source_line
 
 KINDS: tuple[str, ...] = (
     NARROW_ACCUMULATION,
