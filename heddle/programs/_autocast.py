@@ -108,7 +108,7 @@ def _call(fn: Callable[..., Any], p: Policy, args: tuple, kwargs: dict[str, Any]
 
     values = [leaves[i] for i in dynamic]
     closed = jax.make_jaxpr(flat)(*values)
-    ev = Evaluator(p)
+    ev = Evaluator(p, eager=not any(isinstance(v, jax.core.Tracer) for v in values))
     frame = ev.frame()
     jaxpr = closed.jaxpr
     for v, c in zip(jaxpr.constvars, closed.consts, strict=True):

@@ -53,8 +53,9 @@ _COPYING = frozenset(
 class Evaluator:
     """Evaluates jaxprs under the policy ``p``; one per ``autocast`` call."""
 
-    def __init__(self, p: Policy) -> None:
+    def __init__(self, p: Policy, eager: bool = False) -> None:
         self.p = p
+        self.eager = eager  # evaluating on concrete arrays, not under a trace
         self.sites = SiteCache()
         self.segment = 0
         self._last_key: Any = object()
@@ -287,6 +288,10 @@ def _convert(ev: Evaluator, frame: Frame, eqn: Any, seg: int) -> None:
         return
     s = frame.shadow(x, seg)
     source = s if s is not None else frame.read(x)
+    if isinstance(source, (np.ndarray, np.generic, int, float, bool)):  # host: a 1-d array
+        source = np.asarray(source)
+        frame.write(out, cast(source.reshape(1), dst).reshape(source.shape))
+        return
     if is_narrow(dst) and np.dtype(source.dtype) == ev.acc(dst):
         frame.write_rounded(out, source, seg)  # rounded once; the unrounded value is its shadow
         return

@@ -83,13 +83,30 @@ def _inline(ev: Any, frame: Frame, eqn: Any, closed: Any) -> None:
             frame.inherit(v, inner, a)
 
 
+_RETRACED: dict[tuple, tuple[Any, Any]] = {}
+
+
+def _retraced_jit_body(ev: Any, closed: Any) -> Any:
+    """The rewritten body of a jitted function, one per (body, policy): an eager call of the same
+    library function reuses it, so it is compiled once, as the original is."""
+    key = (id(closed), id(ev.p), ev.widen)
+    hit = _RETRACED.get(key)
+    if hit is None or hit[0] is not closed:
+        if len(_RETRACED) > 4096:
+            _RETRACED.clear()
+        hit = _RETRACED[key] = (closed, retrace(ev, closed))
+    return hit[1]
+
+
 def _jit(ev: Any, frame: Frame, eqn: Any) -> None:
     p = eqn.params
     plain = _unspecified(p["in_shardings"]) and _unspecified(p["out_shardings"])
-    if plain and all(lay is None for lay in (*p["in_layouts"], *p["out_layouts"])):
+    plain = plain and all(lay is None for lay in (*p["in_layouts"], *p["out_layouts"]))
+    if plain and not ev.eager:  # traced: inline, so the rewrite sees across the call
         _inline(ev, frame, eqn, p["jaxpr"])
         return
-    params = dict(p, jaxpr=retrace(ev, p["jaxpr"]))
+    # eagerly the jitted function stays one kernel (fused as JAX compiles it), as in heddle.numpy
+    params = dict(p, jaxpr=_retraced_jit_body(ev, p["jaxpr"]))
     _write_outs(frame, eqn, eqn.primitive.bind(*map(frame.read, eqn.invars), **params))
 
 
