@@ -24,6 +24,7 @@ NARROW_ACCUMULATION = "narrow_accumulation"
 IMPLICIT_PROMOTION = "implicit_promotion"
 LOSSY_CONVERSION = "lossy_conversion"
 FLOAT64_UNAVAILABLE = "float64_unavailable"
+UNCLASSIFIED = "unclassified_primitive"
 
 # From the one table of primitive rules (``_table``), which autocast reads too.
 CONTRACTIONS = names(Rule.CONTRACTION)

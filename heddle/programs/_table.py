@@ -139,6 +139,9 @@ _GROUPS: dict[Rule, dict[str, str]] = {
             "custom_jvp_call_jaxpr remat_opt"
         ),
         "extended dtypes (keys, custom element types)": "from_edtype to_edtype",
+        "multi-process array conversions: data moved as it is": (
+            "global_array_to_host_local_array host_local_array_to_global_array"
+        ),
         "tokens, effects, state and assertions: no values computed": (
             "after_all create_token check shape_assertion platform_index inspect_sharding "
             "name unreachable dce_sink"
