@@ -164,8 +164,16 @@ def _float(ev: Evaluator, frame: Frame, eqn: Any, seg: int) -> None:
     ev.bind_wide(frame, eqn, seg, [frame.wide(a, seg) for a in eqn.invars])
 
 
+# Selections whose JVP rule counts ties in the operand's dtype (a sum): bound on the float32 twins so
+# that the derivative's count accumulates in float32 (the value, a copy, is the same).
+_TIE_COUNTING = frozenset(
+    "reduce_max reduce_min cummax cummin reduce_window_max reduce_window_min".split()
+)
+
+
 def _exact(ev: Evaluator, frame: Frame, eqn: Any, seg: int) -> None:
-    if ev.shadowed(frame, eqn, seg):
+    tie = eqn.primitive.name in _TIE_COUNTING and is_narrow(dtype_of(eqn.invars[0]))
+    if tie or ev.shadowed(frame, eqn, seg):
         ev.bind_wide(frame, eqn, seg, [frame.wide(a, seg) for a in eqn.invars])
         return
     ev.bind_plain(frame, eqn)
