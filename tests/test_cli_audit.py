@@ -187,7 +187,10 @@ def test_missing_attribute_lists_the_callables(project, capsys, monkeypatch):
     monkeypatch.chdir(project)
     code, _, err = _run(["model.py:los", "--args", "f32[2]"], capsys)
     assert code == 2
-    assert "model.py has no attribute 'los'" in err and "broken, clean, failing_args, loss, make_args, mixed, rounded" in err
+    assert (
+        "model.py has no attribute 'los'" in err
+        and "broken, clean, failing_args, loss, make_args, mixed, rounded" in err
+    )
 
 
 @pytest.mark.parametrize(
