@@ -35,7 +35,7 @@ from heddle.policy._errors import PolicyError
 from heddle.policy._policy import Policy
 from heddle.policy._rules import acc_dtype
 from heddle.programs._audit_source import SiteCache
-from heddle.programs._frame import Frame, dtype_of, is_narrow
+from heddle.programs._frame import Frame, _here, dtype_of, is_narrow
 from heddle.programs._table import NARROW_ONLY, Rule, rule
 
 _COMPARISONS = frozenset(
@@ -187,14 +187,14 @@ def _copying_twin(frame: Frame, eqn: Any) -> None:
     d = dtype_of(out)
     if not is_narrow(d) or isinstance(out, jcore.DropVar):
         return
-    if not any(frame.has_twin(a) for a in eqn.invars):
-        return  # nothing upstream carries a twin: widening the result is as good
+    # always (lazily): widening the copy instead of copying the twin would make the backward
+    # pass's sum (a broadcast's reduce_sum, a gather's scatter-add) narrow
 
     def make() -> Any:
         args = [frame.twin(a) if dtype_of(a) == d else frame.read(a) for a in eqn.invars]
         return eqn.primitive.bind(*args, **eqn.primitive.get_bind_params(eqn.params))
 
-    frame.pending_twins[out] = make
+    frame.pending_twins[out] = _here(make)
 
 
 def _accumulate(ev: Evaluator, frame: Frame, eqn: Any, seg: int) -> None:

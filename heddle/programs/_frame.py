@@ -22,9 +22,22 @@ from typing import Any
 
 import numpy as np
 from jax import lax
+from jax._src import source_info_util
 from jax.extend import core as jcore
 
 from heddle.ops._core import cast
+
+
+def _here(make: Callable[[], Any]) -> Callable[[], Any]:
+    """``make`` run, whenever it runs, with the source information of now (the equation that
+    produced the value), so the audit attributes a lazy rounding or widening to its call."""
+    info = source_info_util.current()
+
+    def run() -> Any:
+        with source_info_util.user_context(info.traceback, name_stack=info.name_stack):
+            return make()
+
+    return run
 
 
 def dtype_of(atom: Any) -> np.dtype | None:
@@ -63,6 +76,7 @@ class Frame:
         self.twins: dict[Any, Any] = {}
         self.pending_twins: dict[Any, Callable[[], Any]] = {}
         self.shadows: dict[Any, tuple[Any, int]] = {}  # var -> (unrounded value, segment)
+        self.contexts: dict[Any, Any] = {}  # narrow var -> source info of the equation producing it
 
     # -- values ----------------------------------------------------------------------------------
 
@@ -80,6 +94,8 @@ class Frame:
         """Sets a variable's value."""
         if not isinstance(v, jcore.DropVar):
             self.env[v] = x
+            if is_narrow(dtype_of(v)):
+                self.contexts[v] = source_info_util.current()
 
     def write_rounded(self, v: Any, wide: Any, segment: int) -> None:
         """Sets a variable from a result computed at a wider dtype: the value is ``wide`` rounded
@@ -92,7 +108,9 @@ class Frame:
             return
         if is_narrow(d) and np.dtype(wide.dtype) == self.acc(d):
             self.shadows[v] = (wide, segment)
-        self.pending[v] = lambda: cast(wide, d)
+        if is_narrow(d):
+            self.contexts[v] = source_info_util.current()
+        self.pending[v] = _here(lambda: cast(wide, d))
 
     def has_value(self, atom: Any) -> bool:
         return isinstance(atom, jcore.Literal) or atom in self.env or atom in self.pending
@@ -114,13 +132,19 @@ class Frame:
         t = self.twins.get(atom)
         if t is None:
             make = self.pending_twins.pop(atom, None)
-            t = (
-                make()
-                if make is not None
-                else lax.convert_element_type(self.read(atom), self.acc(d))
-            )
-            self.twins[atom] = t
+            if make is None:
+                make = self.twin_maker(atom)
+            t = self.twins[atom] = make()
         return t
+
+    def twin_maker(self, atom: Any) -> Callable[[], Any]:
+        """The default twin: the value widened exactly, where the value was produced."""
+        ctx = self.contexts.get(atom)
+        widen = lambda: lax.convert_element_type(self.read(atom), self.acc(dtype_of(atom)))
+        if ctx is None:
+            return widen
+        with source_info_util.user_context(ctx.traceback, name_stack=ctx.name_stack):
+            return _here(widen)
 
     def has_twin(self, atom: Any) -> bool:
         return not isinstance(atom, jcore.Literal) and (
@@ -148,3 +172,5 @@ class Frame:
             self.pending_twins[v] = lambda: outer.twin(a)
         if a in outer.shadows:
             self.shadows[v] = outer.shadows[a]
+        if a in outer.contexts:
+            self.contexts[v] = outer.contexts[a]
