@@ -130,6 +130,9 @@ def test_integer_results_keep_jaxs_dtype_and_wrap_as_it_does():
     ours = autocast(lambda a: a @ a.T)(a)
     assert ours.dtype == jnp.int8
     assert int(ours[0, 0]) == np.int8(np.int64(9 * 64) - 512)  # 576 wraps to 64
+    # the audit of the result still reports the narrowing store of the int32 accumulator
+    (f,) = heddle.audit(autocast(lambda a: a @ a.T), a)
+    assert (f.kind, f.dtypes, f.out_dtype) == ("lossy_conversion", ("i32",), "i8")
 
 
 def test_index_results_keep_jaxs_dtype_under_x64():
