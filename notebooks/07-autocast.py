@@ -23,8 +23,11 @@
 # scikit-learn's digits. See `docs/autocast.md`.
 
 # %%
+from _plotting import show  # Agg backend at 80 dpi; show(fig) displays a figure
+
 import flax.linen as nn
 import jax
+import matplotlib.pyplot as plt
 import jax.numpy as jnp
 import numpy as np
 import optax
@@ -59,7 +62,9 @@ y = jax.ShapeDtypeStruct((64,), jnp.int32)
 # ## The audit, before and after
 #
 # The plain model accumulates narrowly in every layer, forward and backward. Under `autocast` the
-# same code, with the same parameters and dtypes, has none left.
+# same code, with the same parameters and dtypes, has none left; what the audit still lists are the
+# backward pass's cotangents rounded to bfloat16, the dtype of the values they belong to (the
+# gradients of the float32 masters stay float32).
 
 # %%
 before = heddle.audit(loss, params, x, y, include_backward=True)
@@ -69,6 +74,16 @@ for f in before.of_kind("narrow_accumulation")[:6]:
 
 after = heddle.audit(heddle.autocast(loss), params, x, y, include_backward=True)
 print(str(after).splitlines()[0])
+
+kinds = [k for k in heddle.programs.KINDS if before.counts[k] or after.counts[k]]
+fig, ax = plt.subplots(figsize=(7, 2.6))
+pos = np.arange(len(kinds))
+ax.barh(pos + 0.2, [before.counts[k] for k in kinds], 0.4, label="plain")
+ax.barh(pos - 0.2, [after.counts[k] for k in kinds], 0.4, label="heddle.autocast")
+ax.set_yticks(pos, kinds)
+ax.set_xlabel("findings (forward and backward)")
+ax.legend()
+show(fig)
 
 # %% [markdown]
 # ## Training under autocast
