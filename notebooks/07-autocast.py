@@ -27,8 +27,8 @@ from _plotting import show  # Agg backend at 80 dpi; show(fig) displays a figure
 
 import flax.linen as nn
 import jax
-import matplotlib.pyplot as plt
 import jax.numpy as jnp
+import matplotlib.pyplot as plt
 import numpy as np
 import optax
 from sklearn.datasets import load_digits
