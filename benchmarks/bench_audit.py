@@ -30,7 +30,7 @@ sys.path.insert(
 
 import _models as M
 
-from heddle.policy._audit import audit
+from heddle.programs._audit import audit
 
 
 def _fresh_forward_backward(loss: Callable[..., Any]) -> Callable[..., Any]:

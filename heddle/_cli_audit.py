@@ -29,14 +29,15 @@ class UsageError(Exception):
 
 
 def parse_spec(text: str) -> Any:
-    """Parses ``'bf16[128,784]'`` into a ``jax.ShapeDtypeStruct``.
+    """Parses ``'bf16[128,784]'`` into a ``jax.ShapeDtypeStruct``, or a JSON pytree of such specs.
 
     Args:
       text: a dtype name or alias of heddle's policy, then the shape in brackets (``f32[]`` or just
-        ``f32`` for a scalar).
+        ``f32`` for a scalar); or a JSON object/array whose strings are specs, for a pytree argument
+        (``'{"w": "bf16[784,256]", "b": "bf16[256]"}'``).
 
     Returns:
-      The ``jax.ShapeDtypeStruct``.
+      The ``jax.ShapeDtypeStruct`` (or the pytree of them: dicts and lists).
 
     Raises:
       argparse.ArgumentTypeError: the text is not a spec, names no dtype, or asks for a 64-bit dtype
@@ -46,8 +47,13 @@ def parse_spec(text: str) -> Any:
       >>> from heddle._cli_audit import parse_spec
       >>> parse_spec("bf16[128,784]")
       ShapeDtypeStruct(shape=(128, 784), dtype=bfloat16)
+      >>> parse_spec('{"b": "f32[2]"}')
+      {'b': ShapeDtypeStruct(shape=(2,), dtype=float32)}
     """
     import jax
+
+    if re.match(r"\s*(\{|\[\s*[\"\[{])", text):  # a JSON object, or an array of specs
+        return _parse_tree(text)
 
     from heddle import policy
     from heddle.policy import _dtypes
@@ -79,6 +85,67 @@ def parse_spec(text: str) -> Any:
             str(e) + (hint if isinstance(e, policy.PrecisionError) else "")
         ) from None
     return jax.ShapeDtypeStruct(tuple(shape), d)
+
+
+def _parse_tree(text: str) -> Any:
+    from heddle.policy._errors import message
+
+    try:
+        tree = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise argparse.ArgumentTypeError(
+            message(
+                f"--args {text!r}",
+                f"it starts like a JSON pytree but is not JSON ({e.msg} at character {e.pos})",
+                'Write a JSON object or array of specs, e.g. \'{"w": "bf16[784,256]"}\'',
+            )
+        ) from None
+
+    def leaf(x: Any) -> Any:
+        if isinstance(x, dict):
+            return {k: leaf(v) for k, v in x.items()}
+        if isinstance(x, list):
+            return [leaf(v) for v in x]
+        if isinstance(x, str):
+            return parse_spec(x)
+        raise argparse.ArgumentTypeError(
+            message(
+                f"--args {text!r}",
+                f"{x!r} is not a spec string",
+                'Every leaf of the JSON pytree is a spec such as "bf16[128,784]".',
+            )
+        )
+
+    return leaf(tree)
+
+
+def load_args(target: str) -> tuple[Any, ...]:
+    """The positional arguments a ``module:make_args`` factory returns (a tuple, or one value).
+
+    Args:
+      target: ``package.module:function`` of a function taking no arguments.
+
+    Returns:
+      The arguments, as a tuple (arrays or ``jax.ShapeDtypeStruct`` pytrees).
+
+    Raises:
+      UsageError: the factory cannot be imported or fails.
+    """
+    from heddle.policy._errors import message
+
+    make = load_target(target)
+    try:
+        out = make()
+    except Exception as e:
+        raise UsageError(
+            message(
+                f"audit --args-from {target!r}",
+                f"calling it failed with {type(e).__name__}: {e}",
+                "Give a function of no arguments that returns the audited function's positional "
+                "arguments as a tuple, e.g. def make_args(): return (params, x)",
+            )
+        ) from None
+    return tuple(out) if isinstance(out, tuple) else (out,)
 
 
 def load_target(target: str) -> Any:
@@ -163,14 +230,20 @@ def run(args: argparse.Namespace) -> int:
     Returns:
       The exit status: 0 no finding of the ``--fail-on`` kinds, 1 some, 2 a usage error.
     """
-    from heddle.policy._audit import KINDS, audit
     from heddle.policy._errors import message
+    from heddle.programs._audit import KINDS, audit
 
     try:
         fn = load_target(args.target)
+        specs = list(args.args or [])
+        if args.args_from:
+            specs += load_args(args.args_from)
     except UsageError as e:
         return usage_error(str(e))
-    specs = args.args or []
+    if args.autocast:
+        from heddle.programs import autocast
+
+        fn = autocast(fn)
     try:
         report = audit(
             fn,
@@ -199,9 +272,16 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _spec_text(s: Any) -> str:
-    from heddle.policy._audit_ir import short
+    import jax
 
-    return f"{short(s.dtype)}[{','.join(map(str, s.shape))}]"
+    from heddle.policy import _dtypes
+    from heddle.programs._audit_ir import short
+
+    def one(x: Any) -> str:
+        return f"{short(_dtypes.dtype(x.dtype))}[{','.join(map(str, x.shape))}]"
+
+    leaves = jax.tree.leaves(s)
+    return one(s) if len(leaves) == 1 and leaves[0] is s else str(jax.tree.map(one, s))
 
 
 def add_audit_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -221,7 +301,7 @@ def add_audit_parser(subparsers: Any) -> argparse.ArgumentParser:
       >>> parser.parse_args(["audit", "m:f", "--args", "f32[2]"]).args
       [ShapeDtypeStruct(shape=(2,), dtype=float32)]
     """
-    from heddle.policy._audit import KINDS
+    from heddle.programs._audit import KINDS
 
     p = subparsers.add_parser(
         "audit",
@@ -239,7 +319,20 @@ def add_audit_parser(subparsers: Any) -> argparse.ArgumentParser:
         type=parse_spec,
         default=[],
         metavar="SPEC",
-        help="one spec per positional argument: DTYPE[D0,D1,...], e.g. bf16[128,784] f32[]",
+        help="one spec per positional argument: DTYPE[D0,D1,...], e.g. bf16[128,784] f32[], or "
+        'a JSON pytree of specs for a pytree argument: \'{"w": "bf16[784,256]"}\'',
+    )
+    p.add_argument(
+        "--args-from",
+        default=None,
+        metavar="MODULE:FUNCTION",
+        help="a function of no arguments returning the positional arguments (arrays, "
+        "ShapeDtypeStructs, pytrees such as a params dict), after any --args",
+    )
+    p.add_argument(
+        "--autocast",
+        action="store_true",
+        help="audit heddle.autocast(function): what is left once the policy is applied",
     )
     p.add_argument(
         "--include-backward", action="store_true", help="also audit the backward pass (the VJP)"

@@ -42,6 +42,20 @@ MODEL = textwrap.dedent(
 
 
     RATE = 0.1
+
+
+    def tree_loss(params, x):
+        return jnp.sum(x @ params["w"] + params["b"])
+
+
+    def make_args():
+        import jax
+        return ({"w": jax.ShapeDtypeStruct((16, 4), jnp.bfloat16), "b": jax.ShapeDtypeStruct((4,), jnp.bfloat16)},
+                jax.ShapeDtypeStruct((8, 16), jnp.bfloat16))
+
+
+    def failing_args():
+        raise RuntimeError("no data")
     """
 )
 
@@ -173,7 +187,10 @@ def test_missing_attribute_lists_the_callables(project, capsys, monkeypatch):
     monkeypatch.chdir(project)
     code, _, err = _run(["model.py:los", "--args", "f32[2]"], capsys)
     assert code == 2
-    assert "model.py has no attribute 'los'" in err and "broken, clean, loss, mixed, rounded" in err
+    assert (
+        "model.py has no attribute 'los'" in err
+        and "broken, clean, failing_args, loss, make_args, mixed, rounded" in err
+    )
 
 
 @pytest.mark.parametrize(
@@ -249,3 +266,35 @@ def test_float64_spec_needs_x64_and_the_fix_works():
     assert "jax_enable_x64" in str(e.value)
     with jax.enable_x64(True):
         assert str(parse_spec("f64[3]").dtype) == "float64"
+
+
+def test_pytree_arguments_from_json_and_from_a_factory(project, capsys, monkeypatch):
+    monkeypatch.chdir(project)
+    tree = '{"w": "bf16[16,4]", "b": "bf16[4]"}'
+    code, out, err = _run(["model.py:tree_loss", "--args", tree, "bf16[8,16]", "--json"], capsys)
+    assert code == 1, err
+    assert json.loads(out)["counts"]["narrow_accumulation"] == 1
+    code, out2, err = _run(
+        ["model.py:tree_loss", "--args-from", "model.py:make_args", "--json"], capsys
+    )
+    assert code == 1, err and json.loads(out2)["counts"] == json.loads(out)["counts"]
+
+
+def test_autocast_flag_audits_what_is_left(project, capsys, monkeypatch):
+    monkeypatch.chdir(project)
+    argv = ["model.py:tree_loss", "--args-from", "model.py:make_args", "--include-backward"]
+    assert _run(argv, capsys)[0] == 1
+    code, out, _ = _run([*argv, "--autocast", "--fail-on", "narrow_accumulation"], capsys)
+    assert code == 0 and "narrow_accumulation 0" in out
+
+
+def test_bad_json_pytree_and_failing_factory_say_how_to_fix(project, capsys, monkeypatch):
+    monkeypatch.chdir(project)
+    with pytest.raises(argparse.ArgumentTypeError, match="JSON object or array of specs"):
+        parse_spec('{"w": bf16[2]}')
+    with pytest.raises(argparse.ArgumentTypeError, match="is not a spec string"):
+        parse_spec('{"w": 3}')
+    assert parse_spec('{"w": "bf16[2]"}')["w"].shape == (2,)  # the fix works
+    code, _, err = _run(["model.py:tree_loss", "--args-from", "model.py:failing_args"], capsys)
+    assert code == 2 and "def make_args(): return (params, x)" in err
+    assert _run(["model.py:tree_loss", "--args-from", "model.py:make_args"], capsys)[0] == 1

@@ -23,6 +23,7 @@ EXPECTED = [
     "04-mixed-precision",
     "05-audit",
     "06-quantisation",
+    "07-autocast",
 ]
 TIMEOUT_S = 300  # per cell; each notebook takes well under a minute on an idle 2-core machine
 

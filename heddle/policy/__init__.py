@@ -3,10 +3,6 @@
 See POLICY.md. Everything here is pure metadata except ``enforce`` (a JAX config scope).
 """
 
-from heddle.policy._audit import KINDS as AUDIT_KINDS
-from heddle.policy._audit import AuditReport as AuditReport
-from heddle.policy._audit import Finding as Finding
-from heddle.policy._audit import audit as audit
 from heddle.policy._dtypes import ALIASES as ALIASES
 from heddle.policy._dtypes import DTYPES as DTYPES
 from heddle.policy._dtypes import dtype as dtype
@@ -39,6 +35,10 @@ from heddle.policy._rules import reduction_dtypes as reduction_dtypes
 from heddle.policy._rules import result_dtype as result_dtype
 from heddle.policy._scalars import result_type as result_type
 from heddle.policy._table import table as table
+from heddle.programs._audit import KINDS as AUDIT_KINDS
+from heddle.programs._audit import AuditReport as AuditReport
+from heddle.programs._audit import Finding as Finding
+from heddle.programs._audit import audit as audit
 
 __all__ = [
     "ALIASES",

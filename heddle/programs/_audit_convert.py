@@ -21,7 +21,9 @@ from jax.extend import core as jcore
 
 from heddle.policy import _dtypes as D
 from heddle.policy import _lattice
-from heddle.policy._audit_ir import (
+from heddle.policy._errors import PolicyError
+from heddle.policy._scalars import result_type
+from heddle.programs._audit_ir import (
     DATA_MOVEMENT,
     IMPLICIT_PROMOTION,
     INDEX_OPERANDS,
@@ -37,9 +39,8 @@ from heddle.policy._audit_ir import (
     short,
     subjaxprs,
 )
-from heddle.policy._audit_source import LIBRARY_BODY, Site, SiteCache
-from heddle.policy._errors import PolicyError
-from heddle.policy._scalars import result_type
+from heddle.programs._audit_source import LIBRARY_BODY, Site, SiteCache
+from heddle.programs._table import ACCUMULATING, rule
 
 
 class ConversionRules:
@@ -77,6 +78,8 @@ class ConversionRules:
             self._promotion(eqn, level, ctx, site)
         if lossy and (external or self._narrows_an_input(x, level, site.key, dst)):
             self._lossy(eqn, ctx, src, dst, "implicit")
+        elif lossy and _integer_accumulator_store(x, level, src, dst):
+            self._lossy(eqn, ctx, src, dst, "implicit")  # JAX's dtype kept: the sum wraps
 
     def _lossy(self, eqn: Any, ctx: Ctx, src: np.dtype, dst: np.dtype, origin: str) -> None:
         if dst.itemsize < src.itemsize or _lattice.lossless(dst, src):
@@ -191,6 +194,15 @@ class ConversionRules:
                 return None
             v = producer.invars[0]
         return v
+
+
+def _integer_accumulator_store(x: Any, level: Level, src: np.dtype, dst: np.dtype) -> bool:
+    """An integer sum or contraction accumulated at ``src`` stored in a narrower integer ``dst``
+    (heddle.autocast keeps JAX's ``int8 @ int8 -> int8``; heddle.numpy returns the int32 sum)."""
+    if D.kind(src) not in "iu" or D.kind(dst) not in "iu" or isinstance(x, jcore.Literal):
+        return False
+    producer = level.producer.get(x)
+    return producer is not None and rule(producer.primitive.name) in ACCUMULATING
 
 
 def _as_operand(v: Any) -> Any:

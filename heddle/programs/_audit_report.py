@@ -6,21 +6,23 @@ import dataclasses
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from heddle.policy._audit_ir import (
+from heddle.policy._errors import PolicyError, message
+from heddle.programs._audit_ir import (
     FLOAT64_UNAVAILABLE,
     IMPLICIT_PROMOTION,
     LOSSY_CONVERSION,
     NARROW_ACCUMULATION,
+    UNCLASSIFIED,
     RawFinding,
 )
-from heddle.policy._audit_source import Frame, source_line
-from heddle.policy._errors import PolicyError, message
+from heddle.programs._audit_source import Frame, source_line
 
 KINDS: tuple[str, ...] = (
     NARROW_ACCUMULATION,
     IMPLICIT_PROMOTION,
     LOSSY_CONVERSION,
     FLOAT64_UNAVAILABLE,
+    UNCLASSIFIED,
 )
 """Every kind of finding, in the order reports list their counts."""
 
@@ -31,7 +33,8 @@ class Finding:
 
     Attributes:
       kind: one of ``KINDS``: ``"narrow_accumulation"``, ``"implicit_promotion"``,
-        ``"lossy_conversion"``, ``"float64_unavailable"``.
+        ``"lossy_conversion"``, ``"float64_unavailable"``, ``"unclassified_primitive"`` (a primitive the
+        table of rules does not list: heddle.autocast binds it unchanged).
       primitive: the JAX primitive (``"reduce_sum"``, ``"dot_general"``, ``"exp+reduce_sum"`` for the
         softmax pattern, ``"convert_element_type"``, the promoted op such as ``"add"``).
       dtypes: the operands' dtypes (short names; ``float``/``int`` for Python scalars).
@@ -159,7 +162,7 @@ class AuditReport:
       >>> len(report), report.counts["narrow_accumulation"], [f.primitive for f in report]
       (1, 1, ['cumsum'])
       >>> print(str(report).splitlines()[0])
-      audit of <lambda> (forward): 1 finding(s): narrow_accumulation 1, implicit_promotion 0, lossy_conversion 0, float64_unavailable 0
+      audit of <lambda> (forward): 1 finding(s): narrow_accumulation 1, implicit_promotion 0, lossy_conversion 0, float64_unavailable 0, unclassified_primitive 0
     """
 
     function: str
@@ -233,8 +236,9 @@ class AuditReport:
             message(
                 f"audit of {self.function}",
                 f"{len(hits)} finding(s) of kind {', '.join(sorted({f.kind for f in hits}))}",
-                "Accumulate in float32 (x.astype(jnp.float32), preferred_element_type=jnp.float32, "
-                "or heddle.numpy, which does both), and convert explicitly where dtypes mix",
+                "Run the function under heddle.autocast (heddle.autocast(fn)), which accumulates "
+                "every sum in float32 and rounds once, or call heddle.numpy/heddle.nn/heddle.lax "
+                "functions; convert explicitly where dtypes mix",
             )
             + "\n"
             + _table(hits)

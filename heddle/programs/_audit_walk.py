@@ -15,16 +15,19 @@ from typing import Any
 import numpy as np
 
 from heddle.policy import _dtypes as D
-from heddle.policy._audit_convert import ConversionRules
-from heddle.policy._audit_ir import (
+from heddle.policy._rules import acc_dtype
+from heddle.programs._audit_convert import ConversionRules
+from heddle.programs._audit_ir import (
     ACCUMULATIONS,
     CONTRACTIONS,
     EXPS,
     GENERIC_REDUCTIONS,
+    IMPLICIT_PROMOTION,
     NARROW_ACCUMULATION,
     PASS_VALUE,
     SUMMING,
     SUMS_OF_EXP,
+    UNCLASSIFIED,
     UPSTREAM_LIMIT,
     Ctx,
     Level,
@@ -36,8 +39,8 @@ from heddle.policy._audit_ir import (
     short,
     subjaxprs,
 )
-from heddle.policy._audit_source import LIBRARY_BODY, Site, SiteCache
-from heddle.policy._rules import acc_dtype
+from heddle.programs._audit_source import LIBRARY_BODY, Site, SiteCache
+from heddle.programs._table import rule
 
 
 class Walker(ConversionRules):
@@ -48,6 +51,7 @@ class Walker(ConversionRules):
         self.sites = SiteCache()
         self.findings: list[RawFinding] = []
         self._promotions_seen: set[int] = set()
+        self._unclassified: set[str] = set()
 
     # -- traversal -----------------------------------------------------------------------------
 
@@ -58,6 +62,19 @@ class Walker(ConversionRules):
         level = Level(jaxpr)
         for eqn in jaxpr.eqns:
             name = eqn.primitive.name
+            if rule(name) is None and name not in self._unclassified:
+                self._unclassified.add(name)
+                self._report(
+                    eqn,
+                    ctx,
+                    UNCLASSIFIED,
+                    name,
+                    tuple(short(d) for d in map(policy_dtype, _avals(eqn.invars)) if d),
+                    ",".join(short(d) for d in map(policy_dtype, _avals(eqn.outvars)) if d),
+                    tuple(shape_of(v) for v in eqn.invars if hasattr(v.aval, "shape")),
+                    "a primitive heddle's table of rules does not list: heddle.autocast binds it "
+                    "unchanged; classify it in heddle/programs/_table.py",
+                )
             if name == "convert_element_type":
                 self._convert(eqn, level, ctx)
             elif name in ACCUMULATIONS or name in CONTRACTIONS or name in GENERIC_REDUCTIONS:
@@ -130,7 +147,9 @@ class Walker(ConversionRules):
             need = join(acc_dtype(a), acc_dtype(b))
             operands = eqn.invars[:2]
             dtypes = (short(a), short(b))
-            fix = f"pass preferred_element_type=jnp.{need.name}"
+            if a != b and not self._backward(eqn, ctx):  # JAX's transposes mix on purpose
+                self._mixed_contraction(eqn, ctx, a, b, out)
+            fix = self._fix(eqn, ctx, name, f"preferred_element_type=jnp.{need.name}")
         else:
             x = eqn.invars[0]
             acc = policy_dtype(x.aval)
@@ -139,7 +158,7 @@ class Walker(ConversionRules):
             need = acc_dtype(acc)
             operands = [x]
             dtypes = (short(acc),)
-            fix = f"convert first: x.astype(jnp.{need.name})"
+            fix = self._fix(eqn, ctx, name, None)
             out = policy_dtype(eqn.outvars[0].aval) or acc
         if holds(acc, need) or _terms(eqn) <= 1:
             return
@@ -153,6 +172,39 @@ class Walker(ConversionRules):
             tuple(shape_of(v) for v in operands),
             f"accumulates in {short(acc)}, narrower than acc_dtype {short(need)}; {fix}",
             expected=need.name,
+        )
+
+    def _fix(self, eqn: Any, ctx: Ctx, name: str, argument: str | None) -> str:
+        """The remedy that applies at this call: autocast, the heddle function of the same name, and
+        the JAX argument only where the user's own code made the JAX call that has it."""
+        site = self._site(eqn)
+        entry = (site.entry or "").rsplit(".", 1)[-1].lstrip("_")
+        entry = {"operator_matmul": "matmul", "cumulative_sum": "cumsum"}.get(entry, entry)
+        fix = "run it under heddle.autocast"
+        if self._backward(eqn, ctx):  # a transpose: the forward call has no such argument
+            return fix + ", or differentiate with heddle.autodiff.grad"
+        heddle_fn = _heddle_function(entry) or _HEDDLE_FOR.get(name)
+        if heddle_fn:
+            fix += f", or call {heddle_fn}"
+        if argument and site.direct and entry in _TAKES_PREFERRED:
+            fix += f", or pass {argument}"
+        return fix
+
+    def _mixed_contraction(self, eqn: Any, ctx: Ctx, a: np.dtype, b: np.dtype, out: Any) -> None:
+        """A contraction of two dtypes with no conversion in the jaxpr (``f32 @ bf16`` by lax)."""
+        common = join(a, b)
+        self._report(
+            eqn,
+            ctx,
+            IMPLICIT_PROMOTION,
+            eqn.primitive.name,
+            (short(a), short(b)),
+            short(out) if out is not None else "?",
+            tuple(shape_of(v) for v in eqn.invars[:2]),
+            f"operands of two dtypes contracted without a conversion; heddle's lattice gives "
+            f"{common.name}; convert explicitly or {self._fix(eqn, ctx, eqn.primitive.name, None)}",
+            "implicit",
+            common.name if out is None or common != out else "",
         )
 
     def _exp_then_sum(self, eqn: Any, level: Level, ctx: Ctx) -> None:
@@ -178,12 +230,46 @@ class Walker(ConversionRules):
                         short(d),
                         (shape_of(eqn.outvars[0]),),
                         f"softmax/logsumexp: exp in {short(d)}, then summed; compute it in "
-                        f"{short(acc_dtype(d))}, e.g. jax.nn.softmax(x.astype(jnp.float32))",
+                        f"{short(acc_dtype(d))}: run it under heddle.autocast, or call "
+                        "heddle.nn.softmax / heddle.nn.logsumexp",
                         expected=acc_dtype(d).name,
                     )
                     return
                 if cname in PASS_VALUE:
                     frontier.extend(c.outvars)
+
+
+_TAKES_PREFERRED = frozenset(
+    "matmul dot vdot inner tensordot einsum dot_general conv_general_dilated conv "
+    "conv_with_general_padding ragged_dot ragged_dot_general".split()
+)
+_HEDDLE_FOR = {
+    "dot_general": "heddle.lax.dot_general",
+    "conv_general_dilated": "heddle.lax.conv_general_dilated",
+    "ragged_dot_general": "heddle.lax.ragged_dot",
+    "reduce_sum": "heddle.numpy.sum",
+    "reduce_prod": "heddle.numpy.prod",
+    "cumsum": "heddle.numpy.cumsum",
+    "cumprod": "heddle.numpy.cumprod",
+    "scatter-add": "heddle.lax.scatter_add",
+    "reduce_window_sum": "heddle.lax.reduce_window",
+}
+
+
+def _heddle_function(entry: str) -> str | None:
+    """``heddle.numpy.NAME`` / ``heddle.lax.NAME`` / ``heddle.nn.NAME`` where heddle has ``entry``."""
+    if not entry:
+        return None
+    import heddle
+
+    for ns in ("numpy", "nn", "lax"):
+        if hasattr(getattr(heddle, ns), entry):
+            return f"heddle.{ns}.{entry}"
+    return None
+
+
+def _avals(atoms: Any) -> list[Any]:
+    return [a.aval for a in atoms]
 
 
 def _terms(eqn: Any) -> int:

@@ -15,24 +15,21 @@ from jax.extend import core as jcore
 
 from heddle.policy import _dtypes as D
 from heddle.policy import _lattice
-from heddle.policy._audit_source import Frame
 from heddle.policy._errors import PolicyError
 from heddle.policy._scalars import result_type
+from heddle.programs._audit_source import Frame
+from heddle.programs._table import Rule, names
 
 NARROW_ACCUMULATION = "narrow_accumulation"
 IMPLICIT_PROMOTION = "implicit_promotion"
 LOSSY_CONVERSION = "lossy_conversion"
 FLOAT64_UNAVAILABLE = "float64_unavailable"
+UNCLASSIFIED = "unclassified_primitive"
 
-CONTRACTIONS = frozenset({"dot_general", "conv_general_dilated", "ragged_dot_general"})
+# From the one table of primitive rules (``_table``), which autocast reads too.
+CONTRACTIONS = names(Rule.CONTRACTION)
 # Primitives that add (or multiply) many terms into their first operand's dtype.
-ACCUMULATIONS = frozenset(
-    {
-        "reduce_sum", "reduce_prod", "reduce_window_sum", "cumsum", "cumprod", "cumlogsumexp",
-        "scatter-add", "scatter_add", "scatter-mul", "scatter_mul", "select_and_scatter_add",
-        "psum", "psum_invariant", "reduce_scatter",
-    }
-)  # fmt: skip
+ACCUMULATIONS = names(Rule.REDUCTION, Rule.SCAN, Rule.SCATTER, Rule.WINDOW, Rule.COLLECTIVE)
 GENERIC_REDUCTIONS = frozenset({"reduce", "reduce_window"})
 SUMMING = frozenset({"add", "mul", "add_any"})
 EXPS = frozenset({"exp", "exp2"})
@@ -60,7 +57,6 @@ INDEX_OPERANDS: dict[str, Callable[[int], bool]] = {
     "gather": lambda i: i == 1,
     "scatter": lambda i: i == 1,
     "scatter-add": lambda i: i == 1,
-    "scatter_add": lambda i: i == 1,
     "dynamic_slice": lambda i: i >= 1,
     "dynamic_update_slice": lambda i: i >= 2,
 }

@@ -20,14 +20,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from heddle.policy import _dtypes as D
-from heddle.policy._audit_ir import FLOAT64_UNAVAILABLE, RawFinding, short
-from heddle.policy._audit_report import KINDS as KINDS
-from heddle.policy._audit_report import AuditReport as AuditReport
-from heddle.policy._audit_report import Finding as Finding
-from heddle.policy._audit_report import merge
-from heddle.policy._audit_source import Frame, is_user
-from heddle.policy._audit_walk import Walker
 from heddle.policy._errors import PolicyError
+from heddle.programs._audit_ir import FLOAT64_UNAVAILABLE, RawFinding, short
+from heddle.programs._audit_report import KINDS as KINDS
+from heddle.programs._audit_report import AuditReport as AuditReport
+from heddle.programs._audit_report import Finding as Finding
+from heddle.programs._audit_report import merge
+from heddle.programs._audit_source import Frame, is_user
+from heddle.programs._audit_walk import Walker
 
 
 def _is_array_leaf(x: Any) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import warnings
 
-import _models as M  # tests/policy is on sys.path (pytest rootdir-less import)
+import _models as M  # tests/programs is on sys.path (pytest rootdir-less import)
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -16,10 +16,10 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from heddle import policy
-from heddle.policy import _audit
+from heddle.programs import _audit
 
 audit = _audit.audit
-NA, IP, LC, F64 = _audit.KINDS
+NA, IP, LC, F64, UNC = _audit.KINDS
 
 BF, F32 = jnp.bfloat16, jnp.float32
 X = jax.ShapeDtypeStruct((16, 32), BF)  # bf16 activations
@@ -500,7 +500,7 @@ def _mixed(x, w, y):
 def test_report_is_iterable_indexable_and_counts_by_kind(standard):
     report = audit(_mixed, X, W, Y)
     assert len(report) == 3 and list(report) == [report[0], report[1], report[2]]
-    assert report.counts == {NA: 2, IP: 1, LC: 0, F64: 0}
+    assert report.counts == {NA: 2, IP: 1, LC: 0, F64: 0, UNC: 0}
     assert [f.kind for f in report.of_kind(IP)] == [IP]
     assert all(isinstance(f, _audit.Finding) for f in report)
     with pytest.raises(AttributeError):
@@ -545,7 +545,7 @@ def test_raise_if_any(standard):
     assert (
         "3 finding(s)" in str(e.value)
         and "dot_general" in str(e.value)
-        and "preferred_element_type" in str(e.value)
+        and "heddle.autocast" in str(e.value)
     )
     with pytest.raises(policy.PolicyError, match="implicit_promotion") as e:
         report.raise_if_any(kinds=[IP])

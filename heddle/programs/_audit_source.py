@@ -89,12 +89,15 @@ class Site:
       entry: the JAX function the caller called (``"sum"``, ``"_astype"``), or None.
       explicit: the conversion was asked for (a cast entry, or one of heddle's own ops).
       source: the user's line, or None when the traceback has no frame outside JAX.
+      direct: the JAX function was called by the user's own code (not by a library such as flax),
+        so its arguments are the user's to change.
     """
 
     key: Any
     entry: str | None
     explicit: bool
     source: Frame | None
+    direct: bool = False
 
 
 LIBRARY_BODY = ("<library body>",)
@@ -174,7 +177,7 @@ def _site(traceback: Any) -> Site:
     user = next((i for i in range(outside, n) if is_user(codes[i].co_filename)), outside)
     source = _location(codes[user], lastis[user])
     key = (entry_code, *zip(codes[outside:], lastis[outside:], strict=True))
-    return Site(key, entry, explicit, source)
+    return Site(key, entry, explicit, source, is_user(caller))
 
 
 def source_line(frame: Frame | None) -> str:

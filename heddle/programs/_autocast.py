@@ -1,0 +1,120 @@
+"""``autocast``: heddle's policy for any JAX function, operators, methods and library layers included."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import numpy as np
+
+from heddle.policy._policy import Policy, current, use
+from heddle.policy._precision import Precision
+from heddle.programs._evaluate import Evaluator
+from heddle.programs._higher import _conform
+
+
+def _is_array(x: Any) -> bool:
+    return isinstance(x, (jax.Array, np.ndarray, np.generic))
+
+
+def autocast(
+    fn: Callable[..., Any] | None = None,
+    *,
+    policy: Policy | None = None,
+    precision: Precision | str | None = None,
+) -> Any:
+    """Runs any JAX function with every primitive inside it under heddle's dtype policy.
+
+    ``autocast(fn)`` has ``fn``'s signature and output structure. Each call traces ``fn`` to a
+    jaxpr and evaluates it equation by equation under the rule ``heddle/programs/_table.py`` gives
+    its primitive, whichever code produced it (operators, array methods, jax.numpy, jax.nn,
+    jax.lax, flax, equinox, optax):
+
+    - contractions (``dot_general``, convolutions, ragged dots) accumulate in ``acc_dtype``
+      (float32 for narrow floats) through ``preferred_element_type`` and round once; float32
+      contractions run at the policy's ``float32_matmul_precision`` (full float32 by default);
+    - reductions, window sums, scans (``cumsum``...), scatter-add/-mul, segment sums and
+      cross-device sums accumulate in ``acc_dtype``;
+    - narrow float arithmetic is computed in float32 and rounded once; inside one library call
+      (``jax.nn.softmax``, ``jnp.var``, an operator) intermediates stay float32 and only the call's
+      outputs are rounded, as heddle.numpy and heddle.nn compute the same call;
+    - every conversion that can change a value (``float32 -> bfloat16``, ``int32 -> bfloat16``,
+      ``float64 -> float16``) is heddle's correctly rounded cast, the ones JAX inserted included.
+
+    No value changes shape or dtype: outputs, loop carries and every intermediate keep the avals
+    JAX gave them, only how each is computed changes. Higher-order primitives (nested ``jit``,
+    ``scan``, ``while``, ``cond``, ``custom_jvp``/``custom_vjp`` functions, ``jax.checkpoint``,
+    ``shard_map``) are descended into; ``pure_callback`` and the primitives listed as
+    pass-throughs in the table are bound unchanged. It composes with ``jax.jit``, ``jax.grad``,
+    ``jax.vjp``/``jvp``, ``jax.vmap``, ``shard_map`` and ``heddle.autodiff.grad`` in either order.
+
+    Args:
+      fn: the function; its array arguments (JAX or NumPy arrays) are traced, every other
+        argument (Python scalars, modules' static fields, functions) is passed as it is.
+        Omitted, ``autocast(policy=..., precision=...)`` returns a decorator.
+      policy: the policy to apply (its accumulation floor, matmul precision); the active one by
+        default.
+      precision: a ``heddle.policy.Precision`` (or its string form, ``"params=float32,
+        compute=bfloat16,output=float32"``): floating inputs are cast to its compute dtype and
+        floating outputs to its output dtype, as ``Precision.cast_to_compute``/``cast_to_output``.
+
+    Returns:
+      The transformed function (or a decorator, when ``fn`` is omitted).
+
+    Raises:
+      Exception: whatever ``fn`` raises while being traced.
+
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> import heddle
+      >>> x = jnp.full(10_000, 0.1, jnp.bfloat16)
+      >>> float(x.cumsum()[-1]), float(heddle.autocast(lambda x: x.cumsum())(x)[-1])
+      (1008.0, 1000.0)
+      >>> heddle.autocast(lambda a: a @ a)(x).dtype
+      dtype(bfloat16)
+    """
+    if fn is None:
+        return functools.partial(autocast, policy=policy, precision=precision)
+    prec = None if precision is None else Precision.parse(precision)
+
+    @functools.wraps(fn)
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        scope = use(policy) if policy is not None else contextlib.nullcontext()
+        with scope:
+            if prec is not None:
+                args, kwargs = prec.cast_to_compute((args, kwargs))
+            out = _call(fn, current(), args, kwargs)
+            return out if prec is None else prec.cast_to_output(out)
+
+    return wrapped
+
+
+def _call(fn: Callable[..., Any], p: Policy, args: tuple, kwargs: dict[str, Any]) -> Any:
+    leaves, treedef = jax.tree.flatten((args, kwargs))
+    dynamic = [i for i, leaf in enumerate(leaves) if _is_array(leaf)]
+    out_tree: list[Any] = []
+
+    def flat(*values: Any) -> list[Any]:
+        full = list(leaves)
+        for i, v in zip(dynamic, values, strict=True):
+            full[i] = v
+        a, k = jax.tree.unflatten(treedef, full)
+        outs, tree = jax.tree.flatten(fn(*a, **k))
+        out_tree.append(tree)
+        return outs
+
+    values = [leaves[i] for i in dynamic]
+    closed = jax.make_jaxpr(flat)(*values)
+    ev = Evaluator(p, eager=not any(isinstance(v, jax.core.Tracer) for v in values))
+    frame = ev.frame()
+    jaxpr = closed.jaxpr
+    for v, c in zip(jaxpr.constvars, closed.consts, strict=True):
+        frame.write(v, c)
+    for v, x in zip(jaxpr.invars, values, strict=True):
+        frame.write(v, x)
+    ev.run(frame, jaxpr)
+    outs = [_conform(frame.read(v), v.aval) for v in jaxpr.outvars]
+    return jax.tree.unflatten(out_tree[-1], outs)

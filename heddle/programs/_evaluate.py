@@ -1,0 +1,332 @@
+"""``autocast``'s evaluator: every equation of a jaxpr re-bound under its rule from ``_table``.
+
+The jaxpr is evaluated equation by equation (JAX's "custom interpreter" pattern), binding each
+primitive again on the current trace, so the result composes with whatever transformation is
+active (jit, grad, vmap, shard_map). Each equation's outputs keep their avals; only how they are
+computed changes (the accumulator, the one rounding). The rules:
+
+- contractions: operands at the promotion of both (then float32 on CPU, as heddle.numpy does),
+  ``preferred_element_type`` the accumulation dtype, float32 at the policy's matmul precision;
+- reductions, scans, window sums, scatter-accumulations, cross-device sums: operand at acc_dtype;
+- narrow float arithmetic: computed at acc_dtype;
+- conversions that can change a value: heddle's correctly rounded cast;
+- exact operations: bound as they are (computed on float32 shadows inside a call that has them);
+- higher-order primitives: their bodies evaluated by the same rules (``_higher``).
+
+Results computed at a wider dtype are rounded once to the equation's own dtype (``Frame``); see
+``_frame`` for the shadows that keep a library call's intermediates in float32.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from jax import lax
+from jax._src import source_info_util
+from jax._src.lax.lax import canonicalize_precision
+from jax.extend import core as jcore
+
+from heddle.ops._core import _PRECISION, cast, contraction_operand_dtype, widens_narrow_contractions
+from heddle.policy import _dtypes as D
+from heddle.policy import _lattice
+from heddle.policy._errors import PolicyError
+from heddle.policy._policy import Policy
+from heddle.policy._rules import acc_dtype
+from heddle.programs._audit_source import SiteCache
+from heddle.programs._frame import Frame, _here, dtype_of, is_narrow
+from heddle.programs._table import NARROW_ONLY, Rule, rule
+
+_COMPARISONS = frozenset(
+    "eq ne lt le gt ge eq_to lt_to le_to is_finite and or xor not reduce_and reduce_or".split()
+)
+# Exact primitives whose one result copies operand values: the result's twin is the same copy of
+# the operands' twins (so cotangents of a transposed or broadcast narrow value sum in float32).
+_COPYING = frozenset(
+    "abs broadcast_in_dim clamp concatenate copy copy_p dynamic_slice dynamic_update_slice gather "
+    "max min neg pad reduce_max reduce_min reshape reshard rev select_n sharding_constraint slice "
+    "squeeze expand_dims tile transpose".split()
+)
+
+
+class Evaluator:
+    """Evaluates jaxprs under the policy ``p``; one per ``autocast`` call."""
+
+    def __init__(self, p: Policy, eager: bool = False) -> None:
+        self.p = p
+        self.eager = eager  # evaluating on concrete arrays, not under a trace
+        self.sites = SiteCache()
+        self.segment = 0
+        self._last_key: Any = object()
+        self._acc: dict[np.dtype, np.dtype] = {}
+        self.widen = widens_narrow_contractions()
+        from heddle.programs import _higher
+
+        self.higher = _higher
+
+    # -- helpers -----------------------------------------------------------------------------------
+
+    def acc(self, d: np.dtype) -> np.dtype:
+        """acc_dtype of ``d`` under the policy (cached)."""
+        hit = self._acc.get(d)
+        if hit is None:
+            hit = self._acc[d] = acc_dtype(D.dtype(d), self.p)
+        return hit
+
+    def frame(self) -> Frame:
+        return Frame(self.acc)
+
+    def _segment(self, eqn: Any) -> int:
+        key = self.sites.site(eqn.source_info.traceback).key
+        if key != self._last_key:
+            self._last_key = key
+            self.segment += 1
+        return self.segment
+
+    def new_segment(self) -> None:
+        """Starts a new call (values crossing a body boundary are rounded)."""
+        self._last_key = object()
+        self.segment += 1
+
+    # -- the loop ----------------------------------------------------------------------------------
+
+    def run(self, frame: Frame, jaxpr: Any) -> None:
+        """Evaluates every equation of ``jaxpr`` (a Jaxpr) into ``frame``."""
+        for eqn in jaxpr.eqns:
+            seg = self._segment(eqn)
+            with (
+                source_info_util.user_context(
+                    eqn.source_info.traceback,
+                    name_stack=source_info_util.current_name_stack() + eqn.source_info.name_stack,
+                ),
+                eqn.ctx.manager,
+            ):
+                self.eqn(frame, eqn, seg)
+
+    def eqn(self, frame: Frame, eqn: Any, seg: int) -> None:
+        """One equation under its rule."""
+        name = eqn.primitive.name
+        r = rule(name)
+        handler = _HANDLERS.get(r)
+        if handler is None or (name in NARROW_ONLY):
+            self.bind_plain(frame, eqn)
+        else:
+            handler(self, frame, eqn, seg)
+
+    def bind_plain(self, frame: Frame, eqn: Any, params: dict[str, Any] | None = None) -> None:
+        """Binds the equation unchanged, on the values."""
+        params = eqn.primitive.get_bind_params(eqn.params if params is None else params)
+        ans = eqn.primitive.bind(*map(frame.read, eqn.invars), **params)
+        outs = ans if eqn.primitive.multiple_results else [ans]
+        for v, x in zip(eqn.outvars, outs, strict=True):
+            frame.write(v, x)
+
+    def bind_wide(
+        self,
+        frame: Frame,
+        eqn: Any,
+        seg: int,
+        args: list[Any],
+        params: dict[str, Any] | None = None,
+    ) -> None:
+        """Binds the equation on (widened) ``args``; outputs rounded once to their dtypes."""
+        params = eqn.primitive.get_bind_params(eqn.params if params is None else params)
+        ans = eqn.primitive.bind(*args, **params)
+        outs = ans if eqn.primitive.multiple_results else [ans]
+        for v, x in zip(eqn.outvars, outs, strict=True):
+            frame.write_rounded(v, x, seg)
+
+    def shadowed(self, frame: Frame, eqn: Any, seg: int) -> bool:
+        return any(frame.shadow(a, seg) is not None for a in eqn.invars)
+
+    def to_acc(self, frame: Frame, a: Any, seg: int) -> Any:
+        """An operand at its accumulation dtype: float32 shadow/twin for narrow floats, an exact
+        widening for narrow integers and bool, the value otherwise."""
+        d = dtype_of(a)
+        if d is None:
+            return frame.read(a)
+        if is_narrow(d):
+            return frame.wide(a, seg)
+        acc = self.acc(d) if D.kind(d) in "biuf" else d
+        x = frame.read(a)
+        return x if acc == d else lax.convert_element_type(x, acc)
+
+
+# -- rules ---------------------------------------------------------------------------------------
+
+
+def _float(ev: Evaluator, frame: Frame, eqn: Any, seg: int) -> None:
+    narrow = any(is_narrow(dtype_of(a)) for a in (*eqn.invars, *eqn.outvars))
+    if not narrow:
+        ev.bind_plain(frame, eqn)
+        return
+    ev.bind_wide(frame, eqn, seg, [frame.wide(a, seg) for a in eqn.invars])
+
+
+# Selections whose JVP rule counts ties in the operand's dtype (a sum): bound on the float32 twins so
+# that the derivative's count accumulates in float32 (the value, a copy, is the same).
+_TIE_COUNTING = frozenset(
+    "reduce_max reduce_min cummax cummin reduce_window_max reduce_window_min".split()
+)
+
+
+def _exact(ev: Evaluator, frame: Frame, eqn: Any, seg: int) -> None:
+    tie = eqn.primitive.name in _TIE_COUNTING and is_narrow(dtype_of(eqn.invars[0]))
+    if tie or ev.shadowed(frame, eqn, seg):
+        ev.bind_wide(frame, eqn, seg, [frame.wide(a, seg) for a in eqn.invars])
+        return
+    ev.bind_plain(frame, eqn)
+    name = eqn.primitive.name
+    if name in _COPYING and not eqn.primitive.multiple_results:
+        _copying_twin(frame, eqn)
+
+
+def _copying_twin(frame: Frame, eqn: Any) -> None:
+    (out,) = eqn.outvars
+    d = dtype_of(out)
+    if not is_narrow(d) or isinstance(out, jcore.DropVar):
+        return
+    # always (lazily): widening the copy instead of copying the twin would make the backward
+    # pass's sum (a broadcast's reduce_sum, a gather's scatter-add) narrow
+
+    def make() -> Any:
+        args = [frame.twin(a) if dtype_of(a) == d else frame.read(a) for a in eqn.invars]
+        return eqn.primitive.bind(*args, **eqn.primitive.get_bind_params(eqn.params))
+
+    frame.pending_twins[out] = _here(make)
+
+
+def _accumulate(ev: Evaluator, frame: Frame, eqn: Any, seg: int) -> None:
+    """Reductions, scans, window sums, cross-device sums: every operand at acc_dtype."""
+    ds = [dtype_of(a) for a in eqn.invars]
+    if all(d is None or D.kind(d) not in "biuf" or ev.acc(d) == d for d in ds):
+        if not ev.shadowed(frame, eqn, seg):
+            ev.bind_plain(frame, eqn)
+            return
+    ev.bind_wide(frame, eqn, seg, [ev.to_acc(frame, a, seg) for a in eqn.invars])
+
+
+_SCATTERS = {
+    "scatter-add": lax.scatter_add,
+    "scatter-sub": lax.scatter_sub,
+    "scatter-mul": lax.scatter_mul,
+}
+
+
+def _scatter(ev: Evaluator, frame: Frame, eqn: Any, seg: int) -> None:
+    operand, indices, updates = eqn.invars
+    d = dtype_of(operand)
+    if (
+        d is None
+        or D.kind(d) not in "biuf"
+        or (ev.acc(d) == d and not ev.shadowed(frame, eqn, seg))
+    ):
+        ev.bind_plain(frame, eqn)
+        return
+    p = eqn.params
+    out = _SCATTERS[eqn.primitive.name](
+        ev.to_acc(frame, operand, seg),
+        frame.read(indices),
+        ev.to_acc(frame, updates, seg),
+        p["dimension_numbers"],
+        indices_are_sorted=p["indices_are_sorted"],
+        unique_indices=p["unique_indices"],
+        mode=p["mode"],
+    )
+    frame.write_rounded(eqn.outvars[0], out, seg)
+
+
+def _common(ev: Evaluator, a: np.dtype, b: np.dtype) -> np.dtype:
+    if a == b:
+        return a
+    try:
+        return ev.p.promote(a, b)
+    except PolicyError:  # no promotion under the policy: the wider, as JAX would need
+        return a if a.itemsize >= b.itemsize else b
+
+
+def _contraction(ev: Evaluator, frame: Frame, eqn: Any, seg: int) -> None:
+    lhs, rhs = eqn.invars[:2]
+    dl, dr, out = dtype_of(lhs), dtype_of(rhs), dtype_of(eqn.outvars[0])
+    if None in (dl, dr, out) or not all(D.kind(d) in "biuf" for d in (dl, dr, out)):
+        ev.bind_plain(frame, eqn)
+        return
+    common = _common(ev, dl, dr)
+    acc_in, acc_out = ev.acc(common), ev.acc(out)
+    acc = acc_in if acc_in == acc_out else _common(ev, acc_in, acc_out)
+    operand = contraction_operand_dtype(common, acc, ev.widen)
+
+    def feed(a: Any, d: np.dtype) -> Any:
+        if operand == acc and is_narrow(d):
+            return frame.wide(a, seg)  # exact twin (or the call's own float32 shadow)
+        x = frame.read(a)
+        return x if d == operand else cast(x, operand)
+
+    params = dict(eqn.params)
+    params["preferred_element_type"] = acc
+    if operand == np.float32 and params.get("precision") is None:
+        prec = _PRECISION[ev.p.float32_matmul_precision]
+        if prec is not None:
+            params["precision"] = canonicalize_precision(prec)
+    args = [feed(lhs, dl), feed(rhs, dr), *map(frame.read, eqn.invars[2:])]
+    ev.bind_wide(frame, eqn, seg, args, params)
+
+
+def _convert(ev: Evaluator, frame: Frame, eqn: Any, seg: int) -> None:
+    (x,), (out,) = eqn.invars, eqn.outvars
+    src, dst = dtype_of(x), dtype_of(out)
+    p = eqn.params
+    if src is None or dst is None or p.get("sharding") is not None or p.get("weak_type"):
+        ev.bind_plain(frame, eqn)
+        return
+    if src == dst:
+        frame.write(out, frame.read(x))
+        if frame.has_twin(x):
+            frame.pending_twins[out] = lambda: frame.twin(x)
+        s = frame.shadow(x, seg)
+        if s is not None:
+            frame.shadows[out] = (s, seg)
+        return
+    if is_narrow(src) and ev.acc(src) == dst:
+        frame.write(out, frame.wide(x, seg))  # the shadow inside a call, else the exact twin
+        return
+    if _lattice.lossless(D.dtype(src), D.dtype(dst)):
+        ev.bind_plain(frame, eqn)
+        return
+    s = frame.shadow(x, seg)
+    source = s if s is not None else frame.read(x)
+    if isinstance(source, (np.ndarray, np.generic, int, float, bool)):  # host: a 1-d array
+        source = np.asarray(source)
+        frame.write(out, cast(source.reshape(1), dst).reshape(source.shape))
+        return
+    if is_narrow(dst) and np.dtype(source.dtype) == ev.acc(dst):
+        frame.write_rounded(out, source, seg)  # rounded once; the unrounded value is its shadow
+        return
+    frame.write(out, cast(source, dst))
+
+
+def _index(ev: Evaluator, frame: Frame, eqn: Any, seg: int) -> None:
+    if eqn.invars and ev.shadowed(frame, eqn, seg):
+        ev.bind_wide(frame, eqn, seg, [frame.wide(a, seg) for a in eqn.invars])
+    else:
+        ev.bind_plain(frame, eqn)
+
+
+def _higher_order(ev: Evaluator, frame: Frame, eqn: Any, seg: int) -> None:
+    ev.higher.evaluate(ev, frame, eqn)
+
+
+_HANDLERS: dict[Rule | None, Callable[[Evaluator, Frame, Any, int], None]] = {
+    Rule.CONTRACTION: _contraction,
+    Rule.REDUCTION: _accumulate,
+    Rule.SCAN: _accumulate,
+    Rule.WINDOW: _accumulate,
+    Rule.COLLECTIVE: _accumulate,
+    Rule.SCATTER: _scatter,
+    Rule.CONVERT: _convert,
+    Rule.FLOAT: _float,
+    Rule.EXACT: _exact,
+    Rule.INDEX: _index,
+    Rule.HIGHER_ORDER: _higher_order,
+}

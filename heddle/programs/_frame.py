@@ -1,0 +1,176 @@
+"""The values ``autocast``'s evaluator keeps for one jaxpr: each variable's value, its exact float32
+twin and its float32 shadow.
+
+- value: the variable's own array, of its own dtype and shape (what the program computes).
+- twin: a narrow float variable's values, widened exactly to its accumulation dtype; one per
+  variable, shared by every use (so the backward pass sums the cotangents of all uses in float32),
+  and for copies (reshape, broadcast, slicing...) the same copy applied to the twin.
+- shadow: the unrounded accumulation-dtype result that a narrow float variable was rounded from.
+  It is read only by equations of the same library call (one ``jnp``/``jax.nn`` function or
+  operator, told by the equations' source tracebacks): inside a call, intermediates stay float32 and
+  only the call's outputs are rounded, as heddle's namespace computes a call; across calls, the
+  rounded value is what flows, as between two heddle.numpy calls.
+
+Values and twins are computed lazily: a rounded value that only feeds float32 consumers is never
+rounded, and a twin nobody asks for is never widened.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from jax import lax
+from jax._src import source_info_util
+from jax.extend import core as jcore
+
+from heddle.ops._core import cast
+
+
+def _here(make: Callable[[], Any]) -> Callable[[], Any]:
+    """``make`` run, whenever it runs, with the source information of now (the equation that
+    produced the value), so the audit attributes a lazy rounding or widening to its call."""
+    info = source_info_util.current()
+
+    def run() -> Any:
+        with source_info_util.user_context(info.traceback, name_stack=info.name_stack):
+            return make()
+
+    return run
+
+
+def dtype_of(atom: Any) -> np.dtype | None:
+    """An atom's dtype as NumPy sees it, or None (tokens, keys, refs)."""
+    d = getattr(atom.aval, "dtype", None)
+    try:
+        return None if d is None else np.dtype(d)
+    except TypeError:
+        return None
+
+
+def is_narrow(d: np.dtype | None) -> bool:
+    """A real float narrower than float32."""
+    return d is not None and d.itemsize < 4 and _is_ml_float(d)
+
+
+_ML_FLOAT_CACHE: dict[np.dtype, bool] = {}
+
+
+def _is_ml_float(d: np.dtype) -> bool:
+    hit = _ML_FLOAT_CACHE.get(d)
+    if hit is None:
+        import jax.numpy as jnp
+
+        hit = _ML_FLOAT_CACHE[d] = bool(jnp.issubdtype(d, jnp.floating))
+    return hit
+
+
+class Frame:
+    """Values, twins and shadows of one jaxpr's variables."""
+
+    def __init__(self, acc: Callable[[np.dtype], np.dtype]) -> None:
+        self.acc = acc
+        self.env: dict[Any, Any] = {}
+        self.pending: dict[Any, Callable[[], Any]] = {}  # lazily rounded values
+        self.twins: dict[Any, Any] = {}
+        self.pending_twins: dict[Any, Callable[[], Any]] = {}
+        self.shadows: dict[Any, tuple[Any, int]] = {}  # var -> (unrounded value, segment)
+        self.contexts: dict[Any, Any] = {}  # narrow var -> source info of the equation producing it
+
+    # -- values ----------------------------------------------------------------------------------
+
+    def read(self, atom: Any) -> Any:
+        """The atom's value, of its own dtype."""
+        if isinstance(atom, jcore.Literal):
+            return atom.val
+        try:
+            return self.env[atom]
+        except KeyError:
+            v = self.env[atom] = self.pending.pop(atom)()
+            return v
+
+    def write(self, v: Any, x: Any) -> None:
+        """Sets a variable's value."""
+        if not isinstance(v, jcore.DropVar):
+            self.env[v] = x
+            if is_narrow(dtype_of(v)):
+                self.contexts[v] = source_info_util.current()
+
+    def write_rounded(self, v: Any, wide: Any, segment: int) -> None:
+        """Sets a variable from a result computed at a wider dtype: the value is ``wide`` rounded
+        once to the variable's dtype (when first read); ``wide`` stays as its shadow."""
+        if isinstance(v, jcore.DropVar):
+            return
+        d = dtype_of(v)
+        if d is None or np.dtype(wide.dtype) == d:
+            self.env[v] = wide
+            return
+        if is_narrow(d) and np.dtype(wide.dtype) == self.acc(d):
+            self.shadows[v] = (wide, segment)
+        if is_narrow(d):
+            self.contexts[v] = source_info_util.current()
+        self.pending[v] = _here(lambda: cast(wide, d))
+
+    def has_value(self, atom: Any) -> bool:
+        return isinstance(atom, jcore.Literal) or atom in self.env or atom in self.pending
+
+    # -- float32 versions ------------------------------------------------------------------------
+
+    def shadow(self, atom: Any, segment: int) -> Any | None:
+        """The atom's shadow if it was computed in ``segment`` (the same library call)."""
+        if isinstance(atom, jcore.Literal):
+            return None
+        hit = self.shadows.get(atom)
+        return hit[0] if hit is not None and hit[1] == segment else None
+
+    def twin(self, atom: Any) -> Any:
+        """A narrow float atom's exact widening to its accumulation dtype (shared by all uses)."""
+        d = dtype_of(atom)
+        if isinstance(atom, jcore.Literal):
+            return np.asarray(atom.val).astype(self.acc(d))
+        t = self.twins.get(atom)
+        if t is None:
+            make = self.pending_twins.pop(atom, None)
+            if make is None:
+                make = self.twin_maker(atom)
+            t = self.twins[atom] = make()
+        return t
+
+    def twin_maker(self, atom: Any) -> Callable[[], Any]:
+        """The default twin: the value widened exactly, where the value was produced."""
+        ctx = self.contexts.get(atom)
+        widen = lambda: lax.convert_element_type(self.read(atom), self.acc(dtype_of(atom)))
+        if ctx is None:
+            return widen
+        with source_info_util.user_context(ctx.traceback, name_stack=ctx.name_stack):
+            return _here(widen)
+
+    def has_twin(self, atom: Any) -> bool:
+        return not isinstance(atom, jcore.Literal) and (
+            atom in self.twins or atom in self.pending_twins
+        )
+
+    def wide(self, atom: Any, segment: int) -> Any:
+        """What an equation of ``segment`` computes with: a narrow float atom's shadow (same call)
+        or twin; any other atom's value."""
+        if not is_narrow(dtype_of(atom)):
+            return self.read(atom)
+        s = self.shadow(atom, segment)
+        return s if s is not None else self.twin(atom)
+
+    def inherit(self, v: Any, outer: Frame, a: Any) -> None:
+        """Makes ``v`` (of this frame) stand for ``a`` (of ``outer``): value, twin and shadow."""
+        if isinstance(a, jcore.Literal):
+            self.env[v] = a.val
+            return
+        if a in outer.env:
+            self.env[v] = outer.env[a]
+        else:
+            self.pending[v] = lambda: outer.read(a)
+        if outer.has_twin(a):
+            self.pending_twins[v] = lambda: outer.twin(a)
+        if a in outer.shadows:
+            self.shadows[v] = outer.shadows[a]
+        if a in outer.contexts:
+            self.contexts[v] = outer.contexts[a]

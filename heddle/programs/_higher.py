@@ -1,0 +1,232 @@
+"""``autocast`` inside higher-order primitives: every body is evaluated under the same rules.
+
+- ``jit``/``pjit`` without sharding or layout annotations, ``closed_call``: evaluated inline (the
+  outer jaxpr holds the rewritten equations; shadows and twins cross the boundary);
+- ``jit`` with shardings, ``scan``, ``while``, ``cond``: the body is re-traced through the evaluator
+  into a jaxpr with the same avals and the primitive re-bound with it (carries, branch outputs and
+  shardings keep their types);
+- ``custom_jvp_call``/``custom_vjp_call``: the function and its JVP rule (or forward pass) are
+  evaluated by the rules; a custom VJP's backward rule is the library's own code;
+- ``remat2`` (``jax.checkpoint``) and ``shard_map``: re-applied around the evaluated body, with
+  their own parameters (policy, mesh, specs).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+from jax._src import core as _core
+from jax._src import linear_util as lu
+from jax._src.interpreters import partial_eval as pe
+from jax._src.lax.lax import _convert_element_type
+from jax.extend import core as jcore
+
+from heddle.programs._frame import Frame
+
+
+def _conform(x: Any, aval: Any) -> Any:
+    """``x`` with exactly ``aval``'s weak type (the dtype and shape already agree)."""
+    weak = getattr(aval, "weak_type", False)
+    if getattr(jax.typeof(x), "weak_type", False) != weak and hasattr(aval, "dtype"):
+        return _convert_element_type(x, aval.dtype, weak_type=weak)
+    return x
+
+
+def evaluate_jaxpr(ev: Any, jaxpr: Any, consts: Sequence[Any], args: Sequence[Any]) -> list[Any]:
+    """Evaluates an open ``jaxpr`` with ``consts`` on ``args``: outputs of its own avals."""
+    frame = ev.frame()
+    for v, c in zip(jaxpr.constvars, consts, strict=True):
+        frame.write(v, c)
+    for v, x in zip(jaxpr.invars, args, strict=True):
+        frame.write(v, x)
+    ev.new_segment()
+    ev.run(frame, jaxpr)
+    ev.new_segment()
+    return [_conform(frame.read(v), v.aval) for v in jaxpr.outvars]
+
+
+def body(ev: Any, closed: Any) -> Callable[..., list[Any]]:
+    """A ClosedJaxpr (or Jaxpr) as a function evaluated by the rules."""
+    jaxpr = getattr(closed, "jaxpr", closed)
+    consts = getattr(closed, "consts", ())
+    return lambda *args: evaluate_jaxpr(ev, jaxpr, consts, args)
+
+
+def retrace(ev: Any, closed: Any) -> Any:
+    """A ClosedJaxpr evaluated by the rules, traced again into a ClosedJaxpr of the same avals."""
+    fn = lu.wrap_init(body(ev, closed), debug_info=closed.jaxpr.debug_info)
+    jaxpr, _, consts = pe.trace_to_jaxpr_dynamic(fn, closed.in_avals)
+    return _core.ClosedJaxpr(jaxpr, consts)
+
+
+def _unspecified(shardings: Sequence[Any]) -> bool:
+    return all(type(s).__name__ == "UnspecifiedValue" for s in shardings)
+
+
+def _write_outs(frame: Frame, eqn: Any, outs: Sequence[Any]) -> None:
+    for v, x in zip(eqn.outvars, outs, strict=True):
+        frame.write(v, x)
+
+
+def _inline(ev: Any, frame: Frame, eqn: Any, closed: Any) -> None:
+    inner = ev.frame()
+    jaxpr = closed.jaxpr
+    for v, c in zip(jaxpr.constvars, closed.consts, strict=True):
+        inner.write(v, c)
+    for v, a in zip(jaxpr.invars, eqn.invars, strict=True):
+        inner.inherit(v, frame, a)
+    ev.run(inner, jaxpr)
+    for v, a in zip(eqn.outvars, jaxpr.outvars, strict=True):
+        if not isinstance(v, jcore.DropVar):
+            frame.inherit(v, inner, a)
+
+
+_RETRACED: dict[tuple, tuple[Any, Any]] = {}
+
+
+def _retraced_jit_body(ev: Any, closed: Any) -> Any:
+    """The rewritten body of a jitted function, one per (body, policy): an eager call of the same
+    library function reuses it, so it is compiled once, as the original is."""
+    key = (id(closed), id(ev.p), ev.widen)
+    hit = _RETRACED.get(key)
+    if hit is None or hit[0] is not closed:
+        if len(_RETRACED) > 4096:
+            _RETRACED.clear()
+        hit = _RETRACED[key] = (closed, retrace(ev, closed))
+    return hit[1]
+
+
+def _jit(ev: Any, frame: Frame, eqn: Any) -> None:
+    p = eqn.params
+    plain = _unspecified(p["in_shardings"]) and _unspecified(p["out_shardings"])
+    plain = plain and all(lay is None for lay in (*p["in_layouts"], *p["out_layouts"]))
+    if plain and not ev.eager:  # traced: inline, so the rewrite sees across the call
+        _inline(ev, frame, eqn, p["jaxpr"])
+        return
+    # eagerly the jitted function stays one kernel (fused as JAX compiles it), as in heddle.numpy
+    params = dict(p, jaxpr=_retraced_jit_body(ev, p["jaxpr"]))
+    _write_outs(frame, eqn, eqn.primitive.bind(*map(frame.read, eqn.invars), **params))
+
+
+def _rebind(ev: Any, frame: Frame, eqn: Any, **jaxprs: Any) -> None:
+    params = dict(eqn.params, **jaxprs)
+    params = eqn.primitive.get_bind_params(params)
+    _write_outs(frame, eqn, eqn.primitive.bind(*map(frame.read, eqn.invars), **params))
+
+
+def _scan(ev: Any, frame: Frame, eqn: Any) -> None:
+    _rebind(ev, frame, eqn, jaxpr=retrace(ev, eqn.params["jaxpr"]))
+
+
+def _while(ev: Any, frame: Frame, eqn: Any) -> None:
+    p = eqn.params
+    _rebind(
+        ev,
+        frame,
+        eqn,
+        cond_jaxpr=retrace(ev, p["cond_jaxpr"]),
+        body_jaxpr=retrace(ev, p["body_jaxpr"]),
+    )
+
+
+def _cond(ev: Any, frame: Frame, eqn: Any) -> None:
+    _rebind(ev, frame, eqn, branches=tuple(retrace(ev, b) for b in eqn.params["branches"]))
+
+
+def _custom_jvp(ev: Any, frame: Frame, eqn: Any) -> None:
+    from jax._src.custom_derivatives import SymbolicZero
+
+    params = eqn.primitive.get_bind_params(eqn.params)
+    call, num_consts = eqn.params["call_jaxpr"], eqn.params["num_consts"]
+    jvp_jaxpr_fun = eqn.params["jvp_jaxpr_fun"]
+    fun = lu.wrap_init(body(ev, call), debug_info=call.jaxpr.debug_info)
+
+    def jvp(*xs: Any) -> list[Any]:
+        n = len(xs) // 2
+        primals, tangents = xs[num_consts:n], xs[n + num_consts :]
+        zeros = [type(t) is SymbolicZero for t in tangents]
+        jvp_jaxpr, jvp_consts, out_zeros = jvp_jaxpr_fun.call_wrapped(*zeros)
+        nonzero = [t for t in tangents if type(t) is not SymbolicZero]
+        jaxpr = getattr(jvp_jaxpr, "jaxpr", jvp_jaxpr)
+        out = evaluate_jaxpr(ev, jaxpr, jvp_consts, [*primals, *nonzero])
+        out_primals, nz_tangents = out[: len(out_zeros)], iter(out[len(out_zeros) :])
+        out_tangents = [
+            SymbolicZero(_core.typeof(p).to_tangent_aval()) if z else next(nz_tangents)
+            for p, z in zip(out_primals, out_zeros, strict=True)
+        ]
+        return [*out_primals, *out_tangents]
+
+    params["subfuns"] = (fun, lu.wrap_init(jvp, debug_info=jvp_jaxpr_fun.debug_info))
+    _write_outs(frame, eqn, eqn.primitive.bind(*map(frame.read, eqn.invars), **params))
+
+
+def _custom_vjp(ev: Any, frame: Frame, eqn: Any) -> None:
+    from jax._src.interpreters import ad
+
+    params = eqn.primitive.get_bind_params(eqn.params)
+    call, num_consts = eqn.params["call_jaxpr"], eqn.params["num_consts"]
+    fwd_thunk = eqn.params["fwd_jaxpr_thunk"]
+    fun = lu.wrap_init(body(ev, call), debug_info=call.jaxpr.debug_info)
+
+    def fwd(*args: Any) -> list[Any]:
+        vals, nonzeros = args[::2], args[1::2]
+        primals = vals[num_consts:]
+        if any(nonzeros[:num_consts]):
+            raise ad.CustomVJPException()
+        fwd_jaxpr, fwd_consts = fwd_thunk.call_wrapped(*nonzeros[num_consts:])
+        jaxpr = getattr(fwd_jaxpr, "jaxpr", fwd_jaxpr)
+        return evaluate_jaxpr(ev, jaxpr, fwd_consts, primals)
+
+    _, _, bwd = params["subfuns"]
+    params["subfuns"] = (fun, lu.wrap_init(fwd, debug_info=fwd_thunk.debug_info), bwd)
+    _write_outs(frame, eqn, eqn.primitive.bind(*map(frame.read, eqn.invars), **params))
+
+
+def _remat(ev: Any, frame: Frame, eqn: Any) -> None:
+    p = eqn.params
+    fn = jax.checkpoint(body(ev, p["jaxpr"]), prevent_cse=p["prevent_cse"], policy=p["policy"])
+    _write_outs(frame, eqn, fn(*map(frame.read, eqn.invars)))
+
+
+def _shard_map(ev: Any, frame: Frame, eqn: Any) -> None:
+    p = eqn.params
+    inner = body(ev, p["jaxpr"])
+    fn = jax.shard_map(
+        lambda *xs: tuple(inner(*xs)),
+        mesh=p["mesh"],
+        in_specs=tuple(p["in_specs"]),
+        out_specs=tuple(p["out_specs"]),
+        axis_names=set(p["newly_manual_axes"]),
+        check_vma=p["check_vma"],
+    )
+    _write_outs(frame, eqn, fn(*map(frame.read, eqn.invars)))
+
+
+def _closed_call(ev: Any, frame: Frame, eqn: Any) -> None:
+    _inline(ev, frame, eqn, eqn.params["call_jaxpr"])
+
+
+_HANDLERS = {
+    "jit": _jit,
+    "pjit": _jit,
+    "closed_call": _closed_call,
+    "scan": _scan,
+    "while": _while,
+    "cond": _cond,
+    "custom_jvp_call": _custom_jvp,
+    "custom_vjp_call": _custom_vjp,
+    "remat2": _remat,
+    "checkpoint": _remat,
+    "shard_map": _shard_map,
+}
+
+
+def evaluate(ev: Any, frame: Frame, eqn: Any) -> None:
+    """A higher-order equation: its bodies evaluated by the rules (unknown ones bound unchanged)."""
+    handler = _HANDLERS.get(eqn.primitive.name)
+    if handler is None:
+        ev.bind_plain(frame, eqn)
+    else:
+        handler(ev, frame, eqn)

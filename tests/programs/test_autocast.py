@@ -1,0 +1,274 @@
+"""``heddle.autocast``: the values POLICY.md promises, for code that never calls heddle, against
+float64/Fraction references; dtypes kept; every transformation and higher-order primitive."""
+
+from __future__ import annotations
+
+import dataclasses
+from fractions import Fraction
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import pytest
+from jax.sharding import PartitionSpec as P
+
+import heddle
+from heddle import autocast, autodiff
+
+BF16, F16, F32 = jnp.bfloat16, jnp.float16, jnp.float32
+
+
+def _round(x64: np.ndarray, dtype) -> np.ndarray:
+    """float64 values rounded once to ``dtype`` (ml_dtypes rounds float32 exactly; every value
+    here is exact in float32 first, or compared with a tolerance)."""
+    return np.asarray(x64, np.float64).astype(np.float32).astype(dtype)
+
+
+def test_cumsum_method_accumulates_in_float32(transform):
+    x = jnp.full(100_000, 0.1, F16)
+    out = transform(autocast(lambda x: x.cumsum()))(x)
+    assert out.dtype == F16
+    assert float(out[-1]) == 10000.0
+    exact = np.cumsum(np.full(100_000, float(np.float16(0.1))))
+    # every element is the float32 running sum rounded once: within one float16 ulp of exact
+    err = np.abs(np.asarray(out, np.float64) - exact)
+    assert np.all(err <= np.spacing(np.abs(exact).astype(np.float16)).astype(np.float64))
+    assert float(x.cumsum()[-1]) != 10000.0  # JAX's own: float16 partial sums
+
+
+def test_softmax_and_logsumexp_of_float16_zeros(transform):
+    z = jnp.zeros(100_000, F16)
+    sm = transform(autocast(jax.nn.softmax))(z)
+    assert sm.dtype == F16
+    assert np.all(np.asarray(sm) == np.float16(1e-5))  # 1.0014e-05
+    assert float(np.float16(1e-5)) == pytest.approx(1.0014e-05, rel=1e-4)
+    lse = transform(autocast(jax.nn.logsumexp))(z)
+    assert lse.dtype == F16 and float(lse) == float(np.float16(np.log(1e5)))  # 11.51
+    assert float(jax.nn.softmax(z)[0]) == 0.0  # JAX: the float32 sum stored as float16 inf
+
+
+def test_raw_lax_reduce_sum(transform):
+    x = jnp.full(10_000, 0.1, BF16)
+    out = transform(autocast(lambda x: jax.lax.reduce_sum(x, (0,))))(x)
+    exact = Fraction(float(ml_dtypes.bfloat16(0.1))) * 10_000
+    assert out.dtype == BF16 and float(out) == float(_round(float(exact), BF16)) == 1000.0
+
+
+def test_matmul_accumulates_in_float32_and_rounds_once(transform):
+    rng = np.random.default_rng(0)
+    a = jnp.asarray(rng.normal(size=(8, 4096)), BF16)
+    b = jnp.asarray(rng.normal(size=(4096, 8)), BF16)
+    out = transform(autocast(lambda a, b: a @ b))(a, b)
+    ref = jnp.matmul(a.astype(F32), b.astype(F32), precision="highest").astype(BF16)
+    assert out.dtype == BF16 and bool(jnp.array_equal(out, ref))
+
+
+def test_scatter_add_at_repeated_indices(transform):
+    y = jnp.full(10_000, 0.1, BF16)
+    idx = jnp.zeros(10_000, jnp.int32)
+    out = transform(autocast(lambda a, i, y: a.at[i].add(y)))(jnp.zeros(4, BF16), idx, y)
+    assert float(out[0]) == 1000.0 and out.dtype == BF16
+    assert float(jnp.zeros(4, BF16).at[idx].add(y)[0]) == 32.0  # JAX's own
+
+
+def test_bias_gradient_over_65536_rows_through_autodiff():
+    rng = np.random.default_rng(1)
+    n = 65_536
+    x = jnp.asarray(rng.normal(size=(n, 4)), BF16)
+    w = jnp.asarray(rng.uniform(0, 2, size=(n, 4)), BF16)
+    b = jnp.zeros(4, BF16)
+
+    def loss(b, x, w):
+        return ((x + b) * w).sum().astype(F32)
+
+    g = jax.jit(autodiff.grad(autocast(loss)))(b, x, w)
+    exact = [sum(Fraction(float(v)) for v in np.asarray(w[:, j], np.float64)) for j in range(4)]
+    total = np.asarray(w, np.float64).sum(0)
+    bound = np.log2(n) * 2.0**-24 * total  # float32 pairwise (tree) sums of non-negative terms
+    assert g.dtype == F32
+    assert np.all(np.abs(np.asarray(g, np.float64) - np.array([float(e) for e in exact])) <= bound)
+    plain = jax.jit(autodiff.grad(loss))(b, x, w)  # without autocast: bfloat16 products, sums
+    assert np.max(np.abs(np.asarray(plain, np.float64) - total)) > 100 * np.max(bound)
+
+
+def test_narrowing_conversions_round_once():
+    # int32 -> bfloat16 through float32 rounds twice in XLA; autocast uses heddle's cast
+    x = jnp.asarray([2**24 + 2**16 + 1], jnp.int32)  # halfway after the first rounding
+    ours = autocast(lambda x: x.astype(BF16))(x)
+    assert ours.dtype == BF16
+    exact = Fraction(2**24 + 2**16 + 1)
+    lo, hi = 2**24, 2**24 + 2**17  # bfloat16 neighbours
+    assert float(ours[0]) == (hi if exact - lo > hi - exact else lo)
+
+
+# -- dtypes and shapes are never changed -------------------------------------------------------
+
+
+_PROGRAMS = {
+    "int8 matmul": (lambda a: a @ a, jnp.ones((4, 4), jnp.int8)),
+    "int8 cumsum": (lambda a: jax.lax.cumsum(a), jnp.full(300, 1, jnp.int8)),
+    "argmax": (lambda a: jnp.argmax(a), jnp.arange(6.0, dtype=BF16)),
+    "bf16 mean": (lambda a: a.mean(), jnp.ones(8, BF16)),
+    "f16 var": (lambda a: jnp.var(a), jnp.ones(8, F16)),
+    "mixed dot": (lambda a: jax.lax.dot(a, a.astype(F32)), jnp.ones((4, 4), BF16)),
+    "sum int8": (lambda a: a.sum(), jnp.ones(4, jnp.int8)),
+    "weak": (lambda a: a * 2 + 1.5, jnp.ones(3, BF16)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_PROGRAMS))
+def test_every_output_keeps_jaxs_aval(name, transform):
+    f, x = _PROGRAMS[name]
+    theirs = jax.eval_shape(f, x)
+    ours = transform(autocast(f))(x)
+    assert (ours.shape, ours.dtype) == (theirs.shape, theirs.dtype)
+
+
+def test_integer_results_keep_jaxs_dtype_and_wrap_as_it_does():
+    a = jnp.full((2, 64), 3, jnp.int8)
+    ours = autocast(lambda a: a @ a.T)(a)
+    assert ours.dtype == jnp.int8
+    assert int(ours[0, 0]) == np.int8(np.int64(9 * 64) - 512)  # 576 wraps to 64
+    # the audit of the result still reports the narrowing store of the int32 accumulator
+    (f,) = heddle.audit(autocast(lambda a: a @ a.T), a)
+    assert (f.kind, f.dtypes, f.out_dtype) == ("lossy_conversion", ("i32",), "i8")
+
+
+def test_index_results_keep_jaxs_dtype_under_x64():
+    with jax.enable_x64(True):
+        x = jnp.arange(5.0, dtype=BF16)
+        assert autocast(jnp.argmax)(x).dtype == jnp.argmax(x).dtype == jnp.int64
+
+
+def test_float32_program_under_jit_gets_no_extra_equations():
+    def f(w, x):
+        return jax.nn.relu(x @ w).sum()
+
+    w, x = jnp.ones((8, 8), F32), jnp.ones((4, 8), F32)
+    plain = jax.make_jaxpr(jax.jit(f))(w, x)
+    ours = jax.make_jaxpr(jax.jit(autocast(f)))(w, x)
+    count = lambda j: len(j.eqns[0].params["jaxpr"].eqns)
+    assert count(ours) == count(plain)
+
+
+# -- transformations and higher-order primitives -----------------------------------------------
+
+X = jnp.full(4096, 0.1, BF16)
+CUMSUM_LAST = float(_round(4096 * float(ml_dtypes.bfloat16(0.1)), BF16))  # 409.6 -> 410
+
+
+def _last(y):
+    return float(jnp.ravel(y)[-1])
+
+
+def test_inside_scan_while_cond_remat_custom_rules():
+    @jax.custom_jvp
+    def cj(x):
+        return x.cumsum()
+
+    cj.defjvp(lambda p, t: (cj(p[0]), t[0].cumsum()))
+
+    @jax.custom_vjp
+    def cv(x):
+        return x.cumsum()
+
+    cv.defvjp(lambda x: (x.cumsum(), None), lambda _, g: (g[::-1].cumsum()[::-1],))
+
+    def f(x):
+        _, ys = jax.lax.scan(lambda c, a: (c, a.cumsum()), 0.0, x[None])
+        w = jax.lax.while_loop(lambda s: s[0] < 1, lambda s: (s[0] + 1, s[1].cumsum()), (0, x))[1]
+        k = jax.lax.cond(x[0] > 0, lambda: x.cumsum(), lambda: x)
+        r = jax.checkpoint(lambda x: x.cumsum())(x)
+        j = jax.jit(lambda x: x.cumsum())(x)
+        return ys, w, k, r, j, cj(x), cv(x)
+
+    for out in jax.jit(autocast(f))(X):
+        assert _last(out) == CUMSUM_LAST
+    assert _last(f(X)[0]) != CUMSUM_LAST  # JAX's own
+
+
+def test_composes_with_grad_vjp_jvp_vmap():
+    def f(x):
+        return x.cumsum()
+
+    def loss(x):
+        return autocast(f)(x)[-1].astype(F32)
+
+    assert jax.grad(loss)(X).dtype == BF16
+    _, t = jax.jvp(autocast(f), (X,), (jnp.ones_like(X),))
+    assert _last(t) == 4096.0  # the tangent's cumsum accumulates in float32 too
+    out, pull = jax.vjp(autocast(f), X)
+    (ct,) = pull(jnp.ones_like(out))
+    assert float(ct[0]) == 4096.0  # JAX's own bfloat16 reverse cumsum stalls at 256
+    vm = jax.vmap(autocast(f))(jnp.stack([X, X]))
+    assert _last(vm) == CUMSUM_LAST
+    inner = autocast(jax.grad(lambda x: x.cumsum()[-1].astype(F32) * 0 + x.sum().astype(F32)))
+    assert inner(X).dtype == BF16
+
+
+def test_autocast_of_grad_sums_cotangents_in_float32():
+    b = jnp.zeros(4, BF16)
+    ones = jnp.ones((8192, 4), BF16)
+    grad = jax.grad(lambda b, x: (x + b).sum().astype(F32))
+    g = autocast(grad)(b, ones)
+    assert float(g[0]) == 8192.0 and g.dtype == BF16
+    # the backward pass's broadcast transpose is a bfloat16 reduce_sum in JAX, float32 here
+    assert heddle.audit(grad, b, ones).counts["narrow_accumulation"] > 0
+    assert heddle.audit(autocast(grad), b, ones).counts["narrow_accumulation"] == 0
+
+
+def test_shard_map_and_pure_callback():
+    mesh = jax.make_mesh((1,), ("d",))
+    sm = jax.shard_map(
+        lambda x: jax.lax.psum(x.cumsum(), "d"), mesh=mesh, in_specs=P(), out_specs=P()
+    )
+    assert _last(jax.jit(autocast(sm))(X)) == CUMSUM_LAST
+
+    def cb(x):
+        return jax.pure_callback(
+            lambda v: np.asarray(v) * 2, jax.ShapeDtypeStruct(x.shape, x.dtype), x
+        )
+
+    assert bool(jnp.array_equal(autocast(cb)(X), X * 2))
+
+
+def test_precision_argument_casts_inputs_and_outputs():
+    f = autocast(lambda x: x * 3, precision="params=float32,compute=bfloat16,output=float32")
+    x = jnp.full(3, 0.1, F32)
+    out = f(x)
+    assert out.dtype == F32
+    assert float(out[0]) == float((jnp.asarray(0.1, BF16) * 3).astype(F32))
+
+
+def test_policy_argument_sets_the_accumulation_floor():
+    pol = dataclasses.replace(heddle.policy.HEDDLE, min_float_acc="float64")
+    with jax.enable_x64(True):
+        x = jnp.full(3, 0.1, BF16)
+        jaxpr = jax.make_jaxpr(autocast(lambda x: x.cumsum(), policy=pol))(x)
+        assert any(str(e.outvars[0].aval.dtype) == "float64" for e in jaxpr.eqns)
+
+
+def test_decorator_form_and_pytrees():
+    @autocast()
+    def f(tree):
+        return {"s": tree["a"].cumsum(), "n": tree["n"]}
+
+    out = f({"a": X, "n": 3})
+    assert out["n"] == 3 and _last(out["s"]) == CUMSUM_LAST
+
+
+def test_an_unknown_primitive_passes_through():
+    from jax.extend.core import Primitive
+    from jax.interpreters import mlir
+
+    prim = Primitive("heddle_test_double")
+    prim.def_impl(lambda x: x * 2)
+    prim.def_abstract_eval(lambda x: x)
+    mlir.register_lowering(prim, mlir.lower_fun(lambda x: x * 2, multiple_results=False))
+    f = lambda x: prim.bind(x).cumsum()
+    assert _last(jax.jit(autocast(f))(X)) == float(
+        _round(2 * 4096 * float(ml_dtypes.bfloat16(0.1)), BF16)
+    )
+    report = heddle.audit(f, X)
+    assert report.counts["unclassified_primitive"] == 1
