@@ -1,10 +1,10 @@
-"""``python -m heddle demo``: train one small model in several precision regimes, heddle vs jax.numpy.
+"""``python -m heddle demo``: train one small model in several precision regimes, heddle vs jax.
 
 Prints a progress bar to stderr, then a table to stdout (the precision setup of each run, training
 and held-out loss, held-out accuracy, steps/s after warm-up, steps with NaN/inf gradients, skipped
-steps, final loss scale), a line that says where plain JAX and heddle differ, and writes a PNG of the
-loss curves, the held-out loss against float32 and the loss scale (when matplotlib is installed). The
-training itself lives in ``heddle.demo``.
+steps, final loss scale), a line that says where plain JAX and heddle differ, and writes a PNG of
+the loss curves, the losses against float32 and the loss scale (when matplotlib is installed).
+The training itself lives in ``heddle.demo``.
 """
 
 from __future__ import annotations
@@ -158,9 +158,9 @@ def explain_char(cfg: Any, data: Any, backends: Sequence[str]) -> str:
     return (
         f"Why bf16 differs: the embedding's gradient is a scatter-add of {cfg.batch:,} x "
         f"{cfg.context} = {lookups:,} lookups into {len(demo.VOCAB)} rows (' ' is {space:.0f}% of "
-        "them); jax.numpy adds them in bfloat16, where a sum stops growing once it is 2^8 times a "
-        "lookup's contribution, heddle in float32, rounded once. Relative error of that gradient "
-        f"against float32 at step 1: {errors}."
+        "them); jax.numpy adds them in bfloat16, where a sum stops growing once it is about 2^8 "
+        "times a lookup's contribution, heddle in float32, rounded once. Relative error of that "
+        f"gradient against float32 at step 1: {errors}."
     )
 
 
@@ -176,7 +176,7 @@ _COLOURS = ("black", "C0", "C3", "C2", "C1", "C4", "C5")
 
 
 def plot(results: Sequence[Any], path: str, title: str = "", dpi: int = 100) -> str | None:
-    """Writes the loss curves, the held-out loss against float32 and the loss scale to a PNG.
+    """Writes the loss curves, the losses against float32 and the loss scale to a PNG.
 
     Each regime has one colour; heddle's run is solid, plain jax.numpy's dashed.
 
@@ -378,7 +378,7 @@ def run(args: argparse.Namespace) -> int:
     if written is None:
         print("matplotlib is not installed, so no plot was written (pip install matplotlib)")
     else:
-        print(f"loss curves, held-out loss and loss scale written to {written}")
+        print(f"loss curves, losses against float32 and loss scale written to {written}")
     return 0
 
 
@@ -413,7 +413,7 @@ def add_demo_parser(subparsers: Any) -> argparse.ArgumentParser:
             "with momentum SGD in several precision regimes, each with heddle and with plain "
             "jax.numpy, then print a table (precision, training and held-out loss, held-out "
             "accuracy, steps/s after warm-up, steps with NaN/inf gradients, skipped steps, final "
-            "loss scale) and write a PNG of the loss curves, the held-out loss against float32 "
+            "loss scale) and write a PNG of the loss curves, the losses against float32 "
             f"and the loss scale. Models: {models}."
         ),
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,

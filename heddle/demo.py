@@ -1,4 +1,4 @@
-"""The demo behind ``python -m heddle demo``: where plain JAX in bfloat16/float16 goes wrong, and heddle does not.
+"""The demo behind ``python -m heddle demo``: where plain JAX in bf16/f16 fails and heddle does not.
 
 Two models, each trained with momentum SGD in several precision regimes, every regime on the same
 initial weights and the same batches:
@@ -9,16 +9,18 @@ initial weights and the same batches:
   text is the Python standard library's own ``*.py`` files, which ship with Python (no download).
   A batch of 16,384 windows looks up 524,288 embedding rows, so the embedding's gradient is a
   scatter-add of ~140,000 contributions into the row of ``' '`` alone: plain ``jax.numpy`` adds them
-  in the row's dtype (bfloat16: a sum stops growing once it is 2^8 times a contribution), heddle in
+  in the row's dtype (bfloat16: a sum stops growing at about 2^8 times a contribution), heddle in
   float32, rounded once.
 - ``mlp``: a 64-128-10 MLP on scikit-learn's handwritten digits (bundled with scikit-learn). On CPU,
   XLA already accumulates dots in float32, so this dense model trains alike with both namespaces.
 
-A regime is data (``Regime``: a precision, loss scaling or not); a *run* is a regime with a backend
-(``BACKENDS``: heddle's namespaces, or plain ``jax.numpy``/``jax.nn``/``jax.value_and_grad``), and each
-model's runs are a tuple of ``(regime, backend)`` pairs (``MODELS[name].runs``). The model code is one
-function of the namespace, the same text for every backend. Steps run in ``jax.lax.scan`` chunks; the
-first chunk of every run is its warm-up and is not timed.
+A regime is data (``Regime``: a precision, loss scaling or not); a *run* is a regime with a
+backend (``BACKENDS``: heddle's namespaces, or plain ``jax.numpy``/``jax.nn``/
+``jax.value_and_grad``), and each model's runs are a tuple of ``(regime, backend)`` pairs
+(``MODELS[name].runs``): a run of the unchanged jax.numpy model under ``heddle.autocast`` is the
+pair ``("bf16", "autocast")``. The model code is one function of the namespace, the same text for
+every backend. Steps run in ``jax.lax.scan`` chunks; the first chunk of every run is its warm-up
+and is not timed.
 
 Examples:
   >>> from heddle import demo
@@ -150,7 +152,7 @@ class Config:
       hidden: width of the hidden layer.
       context: characters the ``char`` model reads before the one it predicts.
       embed: width of the ``char`` model's embedding.
-      chunk: steps per compiled ``lax.scan`` call (the progress granularity; the first is the warm-up).
+      chunk: steps per compiled ``lax.scan`` call (the progress granularity; the first: warm-up).
       init_scale: the first loss scale of the scaled regime.
       growth_interval: finite steps before the loss scale doubles.
     """
@@ -229,7 +231,7 @@ class Result:
 # --- data ----------------------------------------------------------------------------------------
 
 VOCAB = "\n" + "".join(chr(c) for c in range(32, 127))
-"""The ``char`` model's 96 characters: newline and printable ASCII; any other character reads as ``?``."""
+"""The ``char`` model's 96 characters: newline and printable ASCII; any other one reads as ``?``."""
 
 TEXT_CHARS = 3_000_000
 """How much of the standard library's source the ``char`` model reads (the last 10% is held out)."""
@@ -301,12 +303,12 @@ def load_digits_split() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
 
 def char_model(ns: Any, params: dict, tokens: Any) -> Any:
-    """The ``char`` model's logits for ``tokens`` int32[batch, context]: embed, concatenate, ReLU, linear.
+    """The ``char`` model's logits for ``tokens``: embed, concatenate, ReLU, linear.
 
     Args:
       ns: anything with ``xp`` (``heddle.numpy`` or ``jax.numpy``) and ``nn`` (``heddle.nn`` or
         ``jax.nn``) attributes; the code is the same for both.
-      params: ``embed`` [96, embed], ``w1`` [context * embed, hidden], ``b1``, ``w2`` [hidden, 96], ``b2``.
+      params: ``embed`` [96, embed], ``w1`` [context * embed, hidden], ``b1``, ``w2``, ``b2``.
       tokens: int32[batch, context], indices into ``VOCAB``.
 
     Returns:
@@ -575,7 +577,7 @@ def train(
       regime: a ``Regime`` or the name of one of the model's regimes.
       backend: a key of ``BACKENDS``.
       cfg: hyperparameters (``Config.defaults(model)``; ``Config()`` is the ``mlp`` model's).
-      data: the model's ``load()`` output (``load_text()`` or ``load_digits_split()``; loaded if None).
+      data: the model's ``load()`` output (``load_text()``, ``load_digits_split()``; None: loaded).
       progress: called with the number of steps done after each chunk.
 
     Returns:

@@ -1,4 +1,4 @@
-"""``python -m heddle demo``: the claim it makes, the table, the plot, the options, the errors and fixes."""
+"""``python -m heddle demo``: its claim, the table, the plot, the options, errors and fixes."""
 
 from __future__ import annotations
 
@@ -279,8 +279,9 @@ def test_missing_matplotlib_skips_the_plot(monkeypatch, tmp_path, capsys):
     assert plot([result], str(tmp_path / "p.png")) is None
     assert not (tmp_path / "p.png").exists()
     monkeypatch.setattr(demo, "train", lambda *a, **k: result)
+    out = str(tmp_path / "q.png")
     args = _parser().parse_args(["demo", "--model", "mlp", "--regimes", "float32",
-                                 "--backends", "jax", "--output", str(tmp_path / "q.png")])  # fmt: skip
+                                 "--backends", "jax", "--output", out])  # fmt: skip
     assert args.run(args) == 0
     assert "matplotlib is not installed" in capsys.readouterr().out
     assert not (tmp_path / "q.png").exists()
