@@ -419,11 +419,18 @@ def add_demo_parser(subparsers: Any) -> argparse.ArgumentParser:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument("--model", choices=tuple(MODELS), default="char", help="the model to train")
+    # "%(default).0s" prints nothing: where the default is the model's, the help says so in words
     p.add_argument(
-        "--steps", type=int, default=None, help="training steps per run (default: the model's)"
+        "--steps",
+        type=int,
+        default=None,
+        help="training steps per run (default: the model's%(default).0s)",
     )
     p.add_argument(
-        "--batch", type=int, default=None, help="examples per step (default: the model's)"
+        "--batch",
+        type=int,
+        default=None,
+        help="examples per step (default: the model's%(default).0s)",
     )
     p.add_argument(
         "--seed", type=int, default=0, help="seed of the initial weights and the batch order"
@@ -432,7 +439,9 @@ def add_demo_parser(subparsers: Any) -> argparse.ArgumentParser:
         "--output", default="heddle-demo.png", help="PNG file for the plot ('none' to skip it)"
     )
     p.add_argument(
-        "--regimes", default=None, help="comma-separated regimes to run (default: all the model's)"
+        "--regimes",
+        default=None,
+        help="comma-separated regimes to run (default: all the model's%(default).0s)",
     )
     p.add_argument(
         "--backends",
