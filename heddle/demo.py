@@ -339,7 +339,7 @@ def _init_char(cfg: Config) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(cfg.seed)
     n_in, v = cfg.context * cfg.embed, len(VOCAB)
     return {
-        "embed": rng.standard_normal((v, cfg.embed)).astype(np.float32),
+        "embed": (rng.standard_normal((v, cfg.embed)) / np.sqrt(cfg.embed)).astype(np.float32),
         "w1": (rng.standard_normal((n_in, cfg.hidden)) / np.sqrt(n_in)).astype(np.float32),
         "b1": np.zeros((cfg.hidden,), np.float32),
         "w2": (rng.standard_normal((cfg.hidden, v)) / np.sqrt(cfg.hidden)).astype(np.float32),

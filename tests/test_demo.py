@@ -26,7 +26,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 SHORT = {"steps": 60}
 HEDDLE_BOUND = 0.01  # nats: heddle's bfloat16 run within this of float32's held-out loss
 JAX_GAP = 0.05  # nats: plain jax.numpy's bfloat16 run at least this much worse (training loss)
-HELD_OUT_GAP = 0.03  # nats: and at least this much on the held-out loss
+HELD_OUT_GAP = 0.05  # nats: and at least this much on the held-out loss
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -407,3 +407,6 @@ def test_default_demo_under_a_minute_and_the_claim_over_three_seeds(tmp_path):
             assert by["bf16", "jax"] - f32 >= gap, (seed, column, by)
             for regime in ("bf16", "f16", "f16-scaled"):
                 assert abs(by[regime, "heddle"] - f32) <= HEDDLE_BOUND, (seed, regime, by)
+        acc = {key: float(r["held-out acc %"]) for key, r in rows.items()}
+        assert acc["bf16", "jax"] <= acc["float32", "jax"] - 2.0, (seed, acc)
+        assert abs(acc["bf16", "heddle"] - acc["float32", "jax"]) <= 0.5, (seed, acc)
