@@ -1,8 +1,10 @@
-"""``python -m heddle demo``: train the digits MLP in five precision regimes and compare.
+"""``python -m heddle demo``: train one small model in several precision regimes, heddle vs jax.
 
-Prints a progress bar to stderr, then a table to stdout (final loss, test accuracy, steps/s, steps
-with NaN/inf gradients, skipped steps, final loss scale) and writes a PNG of the loss curves and the
-loss scale over time (when matplotlib is installed). The training itself lives in ``heddle.demo``.
+Prints a progress bar to stderr, then a table to stdout (the precision setup of each run, training
+and held-out loss, held-out accuracy, steps/s after warm-up, steps with NaN/inf gradients, skipped
+steps, final loss scale), a line that says where plain JAX and heddle differ, and writes a PNG of
+the loss curves, the losses against float32 and the loss scale (when matplotlib is installed).
+The training itself lives in ``heddle.demo``.
 """
 
 from __future__ import annotations
@@ -59,32 +61,59 @@ def _scale_text(scale: float) -> str:
     return f"2^{exponent:.0f}" if exponent == int(exponent) else f"{scale:g}"
 
 
-def format_table(results: Sequence[Any]) -> str:
+COLUMNS = (
+    "regime",
+    "backend",
+    "precision",
+    "train loss",
+    "train - f32",
+    "held-out loss",
+    "held-out - f32",
+    "held-out acc %",
+    "steps/s (warm)",
+    "NaN/inf steps",
+    "skipped",
+    "final scale",
+)
+"""The table's header."""
+
+
+def _reference(results: Sequence[Any]) -> Any:
+    return next((r for r in results if r.regime == "float32"), None)
+
+
+def format_table(results: Sequence[Any], regimes: dict[str, Any] | None = None) -> str:
     """The comparison table, one row per run.
 
     Args:
       results: ``heddle.demo.Result`` objects.
+      regimes: the model's ``Regime`` s by name, for the precision column (``heddle.demo.REGIMES``,
+        the ``mlp`` model's, if None).
 
     Returns:
-      The table as aligned plain text, header first.
+      The table as aligned plain text, header first. ``train - f32`` and ``held-out - f32`` are the
+      run's losses minus the float32 run's (``-`` without a float32 run, and on its own row).
     """
-    header = (
-        "regime",
-        "backend",
-        "final loss",
-        "test acc %",
-        "steps/s",
-        "NaN/inf steps",
-        "skipped",
-        "final scale",
-    )
-    rows = [header]
+    from heddle.demo import REGIMES
+
+    regimes = REGIMES if regimes is None else regimes
+    ref = _reference(results)
+    rows = [COLUMNS]
     for r in results:
+        regime = regimes.get(r.regime)
+        precision = regime.precision + (" + loss scale" if regime.scaled else "") if regime else "?"
+        same = ref is None or r is ref
+        d_train = "-" if same else f"{r.final_loss - ref.final_loss:+.4f}"
+        d_held = "-" if same else f"{r.eval_loss - ref.eval_loss:+.4f}"
         rows.append(
             (
                 r.regime,
                 r.backend,
+                precision,
                 f"{r.final_loss:.4f}",
+                d_train,
+                f"{r.eval_loss:.4f}",
+                d_held,
                 f"{r.accuracy:.2f}",
                 f"{r.steps_per_s:.0f}",
                 str(r.nonfinite),
@@ -92,17 +121,47 @@ def format_table(results: Sequence[Any]) -> str:
                 "-" if r.final_scale is None else _scale_text(r.final_scale),
             )
         )
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS))]
     lines = []
     for n, row in enumerate(rows):
         cells = [
-            c.ljust(w) if i < 2 else c.rjust(w)
+            c.ljust(w) if i < 3 else c.rjust(w)
             for i, (c, w) in enumerate(zip(row, widths, strict=True))
         ]
         lines.append("  ".join(cells).rstrip())
         if n == 0:
             lines.append("  ".join("-" * w for w in widths))
     return "\n".join(lines)
+
+
+def explain_char(cfg: Any, data: Any, backends: Sequence[str]) -> str:
+    """The line under the ``char`` model's table: which op differs, what each backend computed.
+
+    Args:
+      cfg: the run's ``heddle.demo.Config``.
+      data: ``heddle.demo.load_text()``'s output.
+      backends: the backends of the ``bf16`` runs made.
+
+    Returns:
+      One line: the embedding gradient's scatter-add, its size, and its relative error against
+      float32 at the first step with each backend.
+    """
+    import numpy as np
+
+    from heddle import demo
+
+    lookups = cfg.batch * cfg.context
+    space = float(np.mean(data[0] == demo.VOCAB.index(" "))) * 100
+    errors = ", ".join(
+        f"{b} {demo.gradient_error('bf16', b, cfg, 'embed', data):.3f}" for b in backends
+    )
+    return (
+        f"Why bf16 differs: the embedding's gradient is a scatter-add of {cfg.batch:,} x "
+        f"{cfg.context} = {lookups:,} lookups into {len(demo.VOCAB)} rows (' ' is {space:.0f}% of "
+        "them); jax.numpy adds them in bfloat16, where a sum stops growing once it is about 2^8 "
+        "times a lookup's contribution, heddle in float32, rounded once. Relative error of that "
+        f"gradient against float32 at step 1: {errors}."
+    )
 
 
 def _minor_label(value: float, _: Any) -> str:
@@ -113,12 +172,19 @@ def _minor_label(value: float, _: Any) -> str:
     return f"{value:g}" if round(lead, 6) in (2.0, 3.0, 5.0) else ""
 
 
-def plot(results: Sequence[Any], path: str) -> str | None:
-    """Writes the loss curves and the loss scale over time to a PNG.
+_COLOURS = ("black", "C0", "C3", "C2", "C1", "C4", "C5")
+
+
+def plot(results: Sequence[Any], path: str, title: str = "", dpi: int = 100) -> str | None:
+    """Writes the loss curves, the losses against float32 and the loss scale to a PNG.
+
+    Each regime has one colour; heddle's run is solid, plain jax.numpy's dashed.
 
     Args:
       results: ``heddle.demo.Result`` objects.
       path: the PNG file to write.
+      title: the figure's title.
+      dpi: dots per inch (the figure is 14 x 4.5 inches).
 
     Returns:
       The absolute path written, or None when matplotlib is not installed.
@@ -131,43 +197,93 @@ def plot(results: Sequence[Any], path: str) -> str | None:
         return None
     import numpy as np
 
-    from heddle.demo import REGIMES
-
-    fig = Figure(figsize=(12, 4.5), layout="constrained")
-    loss_ax, scale_ax = fig.subplots(1, 2)
-    colours = dict(zip(REGIMES, ("C0", "C3", "C2", "C1", "C4"), strict=True))
+    fig = Figure(figsize=(14, 4.5), dpi=dpi, layout="constrained")
+    if title:
+        fig.suptitle(title, fontsize=10)
+    loss_ax, bar_ax, scale_ax = fig.subplots(1, 3, width_ratios=(5, 4, 3))
+    names = list(dict.fromkeys(r.regime for r in results))
+    colours = dict(zip(names, _COLOURS * 2, strict=False))
+    styles = {"heddle": "-", "jax": "--"}
+    window, tops, lows = 1, [], []
     for r in results:
-        window = max(1, len(r.losses) // 50)
+        window = max(1, len(r.losses) // 30)
         smooth = np.convolve(r.losses, np.ones(window) / window, mode="valid")
-        style = "-" if r.backend == "heddle" else "--"
         label = f"{r.regime} ({r.backend})"
+        reference = r.regime == "float32"
         loss_ax.plot(
             np.arange(len(smooth)) + window,
             smooth,
-            style,
-            color=colours.get(r.regime),
+            "-" if reference else styles.get(r.backend, ":"),
+            color=colours[r.regime],
             label=label,
-            linewidth=1.2,
+            linewidth=2.4 if reference else 1.4,
+            alpha=0.5 if reference else 1.0,
+            zorder=1 if reference else 2,
         )
+        tops.append(smooth[len(smooth) // 8] if len(smooth) else np.nan)
+        lows.append(np.nanmin(smooth) if len(smooth) else np.nan)
         if r.final_scale is not None:
             scale_ax.step(
                 np.arange(1, len(r.scales) + 1),
                 r.scales,
-                style,
-                color=colours.get(r.regime),
-                label=label,
+                styles.get(r.backend, ":"),
+                color=colours[r.regime],
+                label=f"{label}: {r.skipped} skipped",
                 where="post",
             )
-    smoothing = f" (moving mean over {window} steps)" if window > 1 else ""
+    smoothing = f" (mean of {window} steps)" if window > 1 else ""
     loss_ax.set(
-        yscale="log",
         xlabel="step",
-        ylabel=f"training loss{smoothing}",
-        title="Loss: solid heddle, dashed plain jax.numpy",
+        ylabel=f"training loss, nats{smoothing}",
+        title="Training loss: solid heddle, dashed plain jax.numpy",
     )
-    loss_ax.yaxis.set_major_formatter(FormatStrFormatter("%g"))
-    loss_ax.yaxis.set_minor_formatter(FuncFormatter(_minor_label))
+    tops, lows = [t for t in tops if np.isfinite(t)], [t for t in lows if np.isfinite(t)]
+    top, low = (max(tops), min(lows)) if tops and lows else (0.0, 0.0)
+    if top > low > 0:
+        if top / low > 3:  # a wide range (the MLP's): a log axis
+            loss_ax.set_yscale("log")
+            loss_ax.yaxis.set_major_formatter(FormatStrFormatter("%g"))
+            loss_ax.yaxis.set_minor_formatter(FuncFormatter(_minor_label))
+        loss_ax.set_ylim(low * 0.98, top)  # the first eighth of the steps is off the top
     loss_ax.legend(fontsize=7, ncol=2)
+
+    ref = _reference(results)
+    others = [r for r in results if r is not ref]
+    if ref is not None and others:
+        x = np.arange(len(others))
+        for offset, what, value, alpha in (
+            (-0.2, "training (last 10% of steps)", lambda r: r.final_loss, 1.0),
+            (0.2, "held-out", lambda r: r.eval_loss, 0.45),
+        ):
+            deltas = [value(r) - value(ref) for r in others]
+            bars = bar_ax.bar(
+                x + offset,
+                deltas,
+                width=0.4,
+                color=[colours[r.regime] for r in others],
+                alpha=alpha,
+                label=what,
+            )
+            for bar, r, d in zip(bars, others, deltas, strict=True):
+                if r.backend != "heddle":
+                    bar.set_hatch("//")
+                    bar.set_edgecolor("white")
+                bar_ax.annotate(
+                    f"{d:+.3f}",
+                    (bar.get_x() + bar.get_width() / 2, d),
+                    ha="center",
+                    va="bottom" if d >= 0 else "top",
+                    fontsize=6,
+                )
+        bar_ax.set_xticks(x, [f"{r.regime}\n{r.backend}" for r in others], fontsize=7)
+        bar_ax.axhline(0, color="black", linewidth=0.8)
+        bar_ax.set(
+            ylabel="loss - float32's, nats",
+            title="Loss - float32's: left bar training, right held-out\n(hatched: jax.numpy)",
+        )
+        bar_ax.margins(y=0.15)
+    else:
+        bar_ax.text(0.5, 0.5, "no float32 run to compare", ha="center", transform=bar_ax.transAxes)
     scale_ax.set_yscale("log", base=2)
     scale_ax.set(xlabel="step", ylabel="loss scale", title="Dynamic loss scale (float16)")
     if scale_ax.get_legend_handles_labels()[0]:
@@ -180,43 +296,89 @@ def plot(results: Sequence[Any], path: str) -> str | None:
     return os.path.abspath(path)
 
 
+def _select(model: Any, regimes: str | None, backends: str) -> tuple[list, str | None]:
+    """The runs the options select, or ``([], error)``."""
+    names = list(model.regimes) if regimes is None else [r.strip() for r in regimes.split(",")]
+    names = [n for n in names if n]
+    unknown = [n for n in names if n not in model.regimes]
+    if unknown or not names:
+        return [], (
+            f"demo --model {model.name} --regimes {regimes!r}: unknown regime "
+            f"{', '.join(unknown) or '(none)'}. Use a comma-separated list of: "
+            f"{','.join(model.regimes)}"
+        )
+    runs = [(r, b) for r, b in model.runs if r in names and backends in ("both", b)]
+    if not runs:
+        made = ",".join(sorted({b for r, b in model.runs if r in names}))
+        return [], (
+            f"demo --model {model.name} --regimes {regimes!r} --backends {backends}: no run of "
+            f"these regimes uses that backend. Use --backends both (they run with: {made})"
+        )
+    return runs, None
+
+
 def run(args: argparse.Namespace) -> int:
     """Runs ``demo`` for parsed arguments; returns the exit status (0, or 2 for a usage error)."""
     from heddle import demo
 
-    regimes = [r.strip() for r in args.regimes.split(",") if r.strip()]
-    unknown = [r for r in regimes if r not in demo.REGIMES]
-    if unknown or not regimes:
+    model = demo.MODELS[args.model]
+    runs, error = _select(model, args.regimes, args.backends)
+    if error:
+        return usage_error(error)
+    steps = model.config.steps if args.steps is None else args.steps
+    if steps < 1:
         return usage_error(
-            f"demo --regimes {args.regimes!r}: unknown regime {', '.join(unknown) or '(none)'}."
-            f" Use a comma-separated list of: {','.join(demo.REGIMES)}"
+            f"demo --steps {steps}: need at least 1 step. Use e.g. --steps {model.config.steps}"
         )
-    if args.steps < 1:
+    if args.batch is not None and args.batch < 1:
         return usage_error(
-            f"demo --steps {args.steps}: need at least 1 step. Use e.g. --steps 2000"
+            f"demo --batch {args.batch}: need at least 1 example per step. "
+            f"Use e.g. --batch {model.config.batch}"
         )
-    cfg = demo.Config(steps=args.steps, seed=args.seed)
-    backends = demo.BACKENDS if args.backends == "both" else (args.backends,)
+    batch = model.config.batch if args.batch is None else args.batch
+    cfg = demo.Config.defaults(model.name, steps=steps, seed=args.seed, batch=batch)
     start = time.perf_counter()
     try:
-        results = demo.run(cfg, regimes, backends, progress=Progress())
-    except ImportError as e:
+        data = model.load()
+        progress = Progress()
+        results = [
+            demo.train(r, b, cfg, data, lambda done, r=r, b=b: progress(r, b, done, cfg.steps))
+            for r, b in runs
+        ]
+    except (ImportError, FileNotFoundError) as e:
         return usage_error(str(e))
-    print(format_table(results))
+    print(f"{model.name}: {model.description}; seed {cfg.seed}, {cfg.steps} steps of {cfg.batch}")
     print()
-    for name in regimes:
-        print(f"  {name:<12} {demo.REGIMES[name].description}")
+    print(format_table(results, model.regimes))
+    print()
+    bf16 = [r.backend for r in results if r.regime == "bf16"]
+    if model.name == "char" and bf16:
+        print(explain_char(cfg, data, bf16))
+    elif model.name == "mlp":
+        print(
+            "On CPU, XLA accumulates this MLP's dots in float32 whichever namespace calls them, "
+            "so heddle and jax.numpy train it alike; --model char shows where they differ."
+        )
+    print()
+    for name in dict.fromkeys(r for r, _ in runs):
+        print(f"  {name:<12} {model.regimes[name].description}")
+    for b in dict.fromkeys(b for _, b in runs):
+        print(f"  {b:<12} {demo.BACKENDS[b]}")
+    warm = min(cfg.chunk, cfg.steps)
     print(
-        f"\n{len(results)} runs of {cfg.steps} steps in {time.perf_counter() - start:.0f}s "
-        "(final loss: mean over the last 10% of the steps)"
+        f"\n{len(results)} runs of {cfg.steps} steps in {time.perf_counter() - start:.0f}s. "
+        "train loss: mean over the last 10% of the steps; held-out loss and accuracy: the "
+        "regime's own forward pass on held-out data; steps/s (warm): training steps per second "
+        f"after each run's first chunk of {warm} steps (its warm-up), compilation excluded"
     )
     if args.output.lower() == "none":
         return 0
-    written = plot(results, args.output)
+    title = f"python -m heddle demo --model {model.name} --seed {cfg.seed}: {model.description}"
+    written = plot(results, args.output, title)
     if written is None:
         print("matplotlib is not installed, so no plot was written (pip install matplotlib)")
     else:
-        print(f"loss curves and loss scale written to {written}")
+        print(f"loss curves, losses against float32 and loss scale written to {written}")
     return 0
 
 
@@ -237,33 +399,50 @@ def add_demo_parser(subparsers: Any) -> argparse.ArgumentParser:
       >>> parser.parse_args(["demo", "--steps", "50"]).steps
       50
     """
-    from heddle.demo import REGIMES, Config
+    from heddle.demo import MODELS
 
-    regime_help = "; ".join(f"{r.name}: {r.description}" for r in REGIMES.values())
+    models = "; ".join(
+        f"{m.name}: {m.description}, regimes {', '.join(m.regimes)}, {m.config.steps} steps"
+        for m in MODELS.values()
+    )
     p = subparsers.add_parser(
         "demo",
-        help="train a small model in five precision regimes, with heddle and with jax.numpy",
+        help="train a small model in several precision regimes, with heddle and with jax.numpy",
         description=(
-            "Train a 64-128-10 MLP on scikit-learn's digits (no download) with momentum SGD in five "
-            "precision regimes, each with heddle and with plain jax.numpy, then print a table "
-            "(final loss, test accuracy, steps/s, steps with NaN/inf gradients, skipped steps, "
-            "final loss scale) and write a PNG of the loss curves and the loss scale over time. "
-            f"Regimes: {regime_help}."
+            "Train a small model from data that ships with Python or scikit-learn (no download) "
+            "with momentum SGD in several precision regimes, each with heddle and with plain "
+            "jax.numpy, then print a table (precision, training and held-out loss, held-out "
+            "accuracy, steps/s after warm-up, steps with NaN/inf gradients, skipped steps, final "
+            "loss scale) and write a PNG of the loss curves, the losses against float32 "
+            f"and the loss scale. Models: {models}."
         ),
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    defaults = Config()
-    p.add_argument("--steps", type=int, default=defaults.steps, help="training steps per run")
+    p.add_argument("--model", choices=tuple(MODELS), default="char", help="the model to train")
+    # "%(default).0s" prints nothing: where the default is the model's, the help says so in words
     p.add_argument(
-        "--seed",
+        "--steps",
         type=int,
-        default=defaults.seed,
-        help="seed of the initial weights and the batch order",
+        default=None,
+        help="training steps per run (default: the model's%(default).0s)",
+    )
+    p.add_argument(
+        "--batch",
+        type=int,
+        default=None,
+        help="examples per step (default: the model's%(default).0s)",
+    )
+    p.add_argument(
+        "--seed", type=int, default=0, help="seed of the initial weights and the batch order"
     )
     p.add_argument(
         "--output", default="heddle-demo.png", help="PNG file for the plot ('none' to skip it)"
     )
-    p.add_argument("--regimes", default=",".join(REGIMES), help="comma-separated regimes to run")
+    p.add_argument(
+        "--regimes",
+        default=None,
+        help="comma-separated regimes to run (default: all the model's%(default).0s)",
+    )
     p.add_argument(
         "--backends",
         choices=("both", "heddle", "jax"),
