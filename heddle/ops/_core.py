@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import functools
+import inspect
 import math
 from collections.abc import Callable, Sequence
 from fractions import Fraction
@@ -181,23 +182,100 @@ def _plan(spec: OpSpec, p: Policy, sigs: tuple, dtype_arg: Any, x64: bool, widen
     return (common, *dtypes, precision, typed)
 
 
-@functools.cache
-def widens_narrow_contractions() -> bool:
-    """Whether narrow float contraction operands are widened before the dot (on CPU only).
+# Contractions whose dot_general always contracts the lhs on its trailing dimensions (a layout
+# XLA:CPU's library path takes with narrow operands and a float32 result); measured on CPU by
+# ``python benchmarks/bench_contractions.py`` (benchmarks/RESULTS.md). ``einsum`` and
+# ``heddle.lax.dot_general`` decide dot by dot (``narrow_dot_needs_widening``); tensordot and the
+# convolutions widen on CPU.
+NARROW_ON_CPU = frozenset({"matmul", "dot", "vdot", "inner", "vecdot", "einsum", "batch_matmul"})
 
-    XLA:CPU multiplies float32 matrices faster than it multiplies bfloat16/float16/float8 matrices
-    into a float32 result (``python benchmarks/bench_ops.py`` measures both against jax.numpy's
-    bfloat16 matmul at 1024**3; recorded in benchmarks/RESULTS.md). Widening is exact, so
-    the dot is the same float32-accumulated contraction. GPUs keep the narrow operands: their
-    matrix units take them directly.
-    """
+
+@functools.cache
+def _on_cpu() -> bool:
     return jax.default_backend() == "cpu"
+
+
+def widens_narrow_contractions(name: str | None = None) -> bool:
+    """Whether the contraction ``name`` widens narrow float operands to float32 before its dot.
+
+    Never on GPU and TPU: their matrix units take bfloat16/float16/float8 operands with a float32
+    result directly. On CPU a narrow dot with a float32 result is as fast as (and its backward pass
+    faster than) the widened float32 dot wherever XLA:CPU's library path takes it, so the ops of
+    ``NARROW_ON_CPU`` keep their narrow operands; the others widen here and narrow again dot by dot
+    (``narrow_dot_needs_widening``) through ``contraction_dot_general``. Widening is exact, so either
+    way the dot is the same float32-accumulated contraction, rounded once.
+
+    Args:
+      name: the contraction (``"matmul"``, ``"einsum"``, ...); None asks about a generic one.
+
+    Returns:
+      True where the operands are widened in the op's plan.
+
+    Examples:
+      >>> from heddle.ops import _core
+      >>> _core.widens_narrow_contractions("matmul")
+      False
+    """
+    return _on_cpu() and name not in NARROW_ON_CPU
+
+
+def narrow_dot_needs_widening(lhs_ndim: int, rhs_ndim: int, dimension_numbers: Any) -> bool:
+    """Whether XLA:CPU needs a narrow dot with a float32 result widened to float32 operands.
+
+    XLA:CPU's generic dot (outside its library path) has no narrow x narrow -> float32 kernel: it
+    fails on a dot whose lhs does not contract on its trailing dimensions while the rhs keeps more
+    than one free dimension (``tensordot(a, b, axes=([0], [2]))``). Such dots are widened first
+    (exact); every other one keeps its narrow operands. Other backends never widen.
+
+    Args:
+      lhs_ndim: rank of the lhs.
+      rhs_ndim: rank of the rhs.
+      dimension_numbers: ``((lhs_contract, rhs_contract), (lhs_batch, rhs_batch))`` as for
+        ``lax.dot_general``.
+
+    Returns:
+      True when the operands must reach the dot as float32.
+
+    Examples:
+      >>> from heddle.ops import _core
+      >>> _core.narrow_dot_needs_widening(2, 3, (((0,), (2,)), ((), ()))) == _core._on_cpu()
+      True
+    """
+    if not _on_cpu():
+        return False
+    (lc, rc), (_, rb) = dimension_numbers
+    lc = sorted(int(d) % max(lhs_ndim, 1) for d in lc)
+    trailing = lc == list(range(lhs_ndim - len(lc), lhs_ndim))
+    rhs_free = rhs_ndim - len(rc) - len(rb)
+    return not trailing and rhs_free > 1
+
+
+def contraction_dot_general(precision: Any = None) -> Callable[..., Any]:
+    """A ``lax.dot_general`` for contractions built on it (``jnp.einsum``'s ``_dot_general``): narrow
+    operands go to the dot as they are, or widened exactly to float32 (at ``precision``) where
+    ``narrow_dot_needs_widening`` says XLA:CPU needs it."""
+
+    def dot_general(lhs: Any, rhs: Any, dimension_numbers: Any, *args: Any, **kwargs: Any) -> Any:
+        narrow = {D.kind(np.dtype(lhs.dtype)), D.kind(np.dtype(rhs.dtype))} == {"f"} and min(
+            np.dtype(lhs.dtype).itemsize, np.dtype(rhs.dtype).itemsize
+        ) < 4
+        if narrow and narrow_dot_needs_widening(lhs.ndim, rhs.ndim, dimension_numbers):
+            f32 = np.dtype(np.float32)
+            lhs, rhs = (
+                cast(lhs, max(np.dtype(lhs.dtype), f32, key=lambda d: d.itemsize)),
+                cast(rhs, max(np.dtype(rhs.dtype), f32, key=lambda d: d.itemsize)),
+            )
+            if precision is not None and kwargs.get("precision") is None and not args:
+                kwargs["precision"] = precision
+        return lax.dot_general(lhs, rhs, dimension_numbers, *args, **kwargs)
+
+    return dot_general
 
 
 def contraction_operand_dtype(common: np.dtype, acc: np.dtype, widen: bool) -> np.dtype:
     """The dtype a contraction's operands (of promotion ``common``, accumulating in ``acc``) are fed
     to the dot in: ``common``, or ``acc`` for sub-byte integers (XLA cannot widen them inside a dot)
-    and, where ``widen`` (``widens_narrow_contractions()``: on CPU), for narrow floats."""
+    and, where ``widen`` (``widens_narrow_contractions(name)``), for narrow floats."""
     k = D.kind(common)
     if k in "iu" and int(D.iinfo(common).bits) < 8:
         return acc
@@ -273,8 +351,19 @@ def _run(spec: OpSpec, plan: tuple, template: tuple, values: Sequence[Any]) -> A
         kwargs["preferred_element_type"] = acc
         if precision is not None and kwargs.get("precision") is None:
             kwargs["precision"] = precision
+        if comp.itemsize < 4 and _takes_dot_general(spec.fn):  # einsum: decide dot by dot
+            prec = _PRECISION[current().float32_matmul_precision]
+            kwargs["_dot_general"] = contraction_dot_general(prec)
     out = spec.fn(*args, **kwargs)
     return jax.tree.map(lambda o: _round_output(o, result), out)
+
+
+@functools.cache
+def _takes_dot_general(fn: Callable[..., Any]) -> bool:
+    try:
+        return "_dot_general" in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 def _output_dtype(out: np.dtype, result: np.dtype) -> np.dtype:
@@ -427,7 +516,7 @@ def make_op(name: str, spec: OpSpec) -> Callable[..., Any]:
                 x if s is not None else asarray(x) for x, s in zip(operands, sigs, strict=True)
             )
             sigs = tuple(map(_signature, operands))
-        key = (id(p), sigs, dtype_arg, D.x64_enabled(), widens_narrow_contractions())
+        key = (id(p), sigs, dtype_arg, D.x64_enabled(), widens_narrow_contractions(name))
         hit = plans.get(key)
         if hit is None or hit[0] is not p:
             d_arg = None if dtype_arg is None else D.dtype(dtype_arg)

@@ -1,0 +1,126 @@
+"""How narrow contractions reach XLA: narrow operands into a float32-result dot wherever the backend
+has a kernel for it, widened exactly otherwise; checked on the compiled HLO and against float64."""
+
+from __future__ import annotations
+
+import re
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import pytest
+
+import heddle.lax as hlax
+import heddle.numpy as hnp
+
+BF16, F32 = jnp.bfloat16, jnp.float32
+CPU = jax.default_backend() == "cpu"
+
+
+def _within_float32_accumulation(got, a, b, contract) -> None:
+    """``got`` is the float32-accumulated contraction of ``a`` and ``b``, rounded once to bfloat16."""
+    a64, b64 = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    exact, mag = contract(a64, b64), contract(np.abs(a64), np.abs(b64))
+    n = a.size  # a generous bound on the length of any sum
+    bound = n * 2.0**-24 * mag + np.abs(exact) * 2.0**-8
+    assert got.dtype == ml_dtypes.bfloat16
+    assert (np.abs(np.asarray(got, np.float64) - exact) <= bound).all()
+
+
+def _operands(*shapes):
+    rng = np.random.default_rng(0)
+    return [rng.standard_normal(s).astype(ml_dtypes.bfloat16) for s in shapes]
+
+
+# (name, heddle call, float64 reference): the lhs contracts on a leading dimension while the rhs
+# keeps two free ones, the dot XLA:CPU has no bfloat16 x bfloat16 -> float32 kernel for
+TRANSPOSED = [
+    (
+        "tensordot",
+        lambda a, b: hnp.tensordot(a, b, axes=([0], [2])),
+        lambda a, b: np.tensordot(a, b, axes=([0], [2])),
+    ),
+    (
+        "einsum",
+        lambda a, b: hnp.einsum("ki,abk->iab", a, b),
+        lambda a, b: np.einsum("ki,abk->iab", a, b),
+    ),
+    (
+        "lax.dot_general",
+        lambda a, b: hlax.dot_general(a, b, (((0,), (2,)), ((), ()))),
+        lambda a, b: np.tensordot(a, b, axes=([0], [2])),
+    ),
+]
+
+
+@pytest.mark.parametrize(("name", "f", "ref"), TRANSPOSED, ids=[t[0] for t in TRANSPOSED])
+def test_transposed_narrow_contractions_compile_and_accumulate_in_float32(transform, name, f, ref):
+    a, b = _operands((64, 16), (4, 8, 64))
+    _within_float32_accumulation(transform(f)(a, b), a, b, ref)
+    g = jax.jit(jax.grad(lambda a, b: f(a, b).astype(F32).sum(), argnums=(0, 1)))(a, b)
+    assert [x.dtype for x in g] == [ml_dtypes.bfloat16] * 2
+
+
+@pytest.mark.parametrize(
+    "f",
+    [
+        lambda a, b: hnp.matmul(a, b),
+        lambda a, b: hnp.einsum("ij,jk->ik", a, b),
+        lambda a, b: hlax.dot_general(a, b, (((1,), (0,)), ((), ()))),
+        lambda a, b: hlax.dot(a, b),
+    ],
+    ids=["matmul", "einsum", "lax.dot_general", "lax.dot"],
+)
+def test_canonical_narrow_dots_keep_their_operands_narrow(f):
+    """bfloat16 x bfloat16 -> float32 on every backend: no widening for a dot the fast path takes."""
+    a, b = _operands((8, 64), (64, 8))
+    (dot,) = [e for e in jax.make_jaxpr(f)(a, b).jaxpr.eqns if e.primitive.name == "dot_general"]
+    assert [v.aval.dtype for v in dot.invars] == [BF16, BF16]
+    assert dot.outvars[0].aval.dtype == np.float32
+    assert dot.params["precision"] in (None, (None, None))  # no HIGHEST for narrow inputs
+    _within_float32_accumulation(jax.jit(f)(a, b), a, b, lambda x, y: x @ y)
+
+
+def _library_dots(compiled_text: str) -> tuple[int, int]:
+    """(dots on XLA:CPU's library path, plain ``dot`` instructions) in an optimised HLO module."""
+    entry = compiled_text[compiled_text.index("ENTRY") :]
+    return len(re.findall(r"__ynn_fusion|__onednn|custom_call_target=\"__", entry)), len(
+        re.findall(r" dot\(", entry)
+    )
+
+
+def _mlp_grad(xp):
+    def loss(w1, w2, x):
+        h = xp.tanh(xp.matmul(x, w1))
+        return jnp.mean(jnp.square(xp.matmul(h, w2).astype(F32)))
+
+    return jax.jit(jax.grad(loss, argnums=(0, 1)))
+
+
+@pytest.mark.skipif(not CPU, reason="XLA:CPU's dot lowerings")
+def test_mlp_backward_dots_take_the_library_path_at_least_as_often_as_jax_numpy():
+    x, w1, w2 = _operands((256, 64), (64, 128), (128, 10))
+    texts = [_mlp_grad(xp).lower(w1, w2, x).compile().as_text() for xp in (hnp, jnp)]
+    (h_lib, h_plain), (j_lib, j_plain) = map(_library_dots, texts)
+    assert h_lib >= j_lib and h_plain <= j_plain
+
+
+@pytest.mark.skipif(not CPU, reason="XLA:CPU's dot lowerings")
+@pytest.mark.xfail(
+    strict=True,
+    reason="a vmapped Linear's weight gradient: XLA:CPU folds the transpose of its float32 dot into "
+    "a plain dot with both operands transposed, where jax.numpy's bfloat16 dot keeps the library path",
+)
+def test_vmapped_linear_backward_dots_take_the_library_path_like_jax_numpy():
+    x, w = _operands((32, 32, 64), (64, 256))
+
+    def grad(xp):
+        def loss(w, x):
+            y = jax.vmap(lambda xi: xp.matmul(xi, w))(x)
+            return jnp.sum(jnp.tanh(y.astype(F32)))
+
+        return jax.jit(jax.grad(loss, argnums=(0, 1))).lower(w, x).compile().as_text()
+
+    (h_lib, h_plain), (j_lib, j_plain) = _library_dots(grad(hnp)), _library_dots(grad(jnp))
+    assert h_lib >= j_lib and h_plain <= j_plain
