@@ -187,7 +187,9 @@ def _plan(spec: OpSpec, p: Policy, sigs: tuple, dtype_arg: Any, x64: bool, widen
 # ``python benchmarks/bench_contractions.py`` (benchmarks/RESULTS.md). ``einsum`` and
 # ``heddle.lax.dot_general`` decide dot by dot (``narrow_dot_needs_widening``); tensordot and the
 # convolutions widen on CPU.
-NARROW_ON_CPU = frozenset({"matmul", "dot", "vdot", "inner", "vecdot", "einsum", "batch_matmul"})
+NARROW_ON_CPU = frozenset(
+    "matmul dot vdot inner vecdot einsum batch_matmul linalg.matmul linalg.vecdot".split()
+)
 
 
 @functools.cache
@@ -272,6 +274,60 @@ def contraction_dot_general(precision: Any = None) -> Callable[..., Any]:
     return dot_general
 
 
+def _vmapped(x: Any) -> bool:
+    """Whether ``x`` is being batched by ``jax.vmap`` (the dot then gains a dimension heddle's trace
+    does not see)."""
+    return _BatchTracer is not None and isinstance(x, _BatchTracer)
+
+
+try:
+    from jax._src.interpreters.batching import BatchTracer as _BatchTracer
+except ImportError:  # pragma: no cover - a JAX without it: no vmap-specific lowering
+    _BatchTracer = None
+
+
+def matmul_on_cpu(a: Any, b: Any, **kwargs: Any) -> jax.Array:
+    """``jnp.matmul`` of narrow float operands with a float32 result, laid out for XLA:CPU.
+
+    The same float32-accumulated dot, arranged so that XLA:CPU's library path takes the dots of the
+    forward and the backward pass (``python benchmarks/bench_contractions.py``): a lhs of rank > 2
+    times an unbatched weight (rank 2) contracts the lhs flattened to a matrix; under ``jax.vmap``
+    (where the lhs gains a batch dimension this trace does not see) the weight enters transposed,
+    so that its gradient is a dot XLA:CPU does not fold into a transposed-operands loop.
+
+    Args:
+      a: the lhs, of rank >= 1.
+      b: the rhs.
+      **kwargs: ``preferred_element_type`` and ``precision``, as for ``jnp.matmul``.
+
+    Returns:
+      ``jnp.matmul(a, b, **kwargs)``'s value and dtype.
+
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> from heddle.ops import _core
+      >>> a = jnp.ones((2, 3, 4), jnp.bfloat16)
+      >>> _core.matmul_on_cpu(a, jnp.ones((4, 5), jnp.bfloat16), preferred_element_type=jnp.float32).shape
+      (2, 3, 5)
+    """
+    if np.ndim(b) != 2 or np.ndim(a) < 2 or set(kwargs) - {"preferred_element_type", "precision"}:
+        return jax.numpy.matmul(a, b, **kwargs)
+    lead, k = a.shape[:-1], a.shape[-1]
+    x = a.reshape(-1, k) if a.ndim > 2 else a
+    if _vmapped(a) and not _vmapped(b):
+        y = lax.dot_general(x, b.T, (((1,), (1,)), ((), ())), **kwargs)
+    else:
+        y = lax.dot_general(x, b, (((1,), (0,)), ((), ())), **kwargs)
+    return y.reshape(*lead, b.shape[-1])
+
+
+CPU_LOWERINGS: dict[Callable[..., Any], Callable[..., Any]] = {
+    jax.numpy.matmul: matmul_on_cpu,
+    jax.numpy.linalg.matmul: matmul_on_cpu,
+}
+"""JAX functions heddle's narrow contractions call through a CPU-specific arrangement instead."""
+
+
 def contraction_operand_dtype(common: np.dtype, acc: np.dtype, widen: bool) -> np.dtype:
     """The dtype a contraction's operands (of promotion ``common``, accumulating in ``acc``) are fed
     to the dot in: ``common``, or ``acc`` for sub-byte integers (XLA cannot widen them inside a dot)
@@ -354,6 +410,8 @@ def _run(spec: OpSpec, plan: tuple, template: tuple, values: Sequence[Any]) -> A
         if comp.itemsize < 4 and _takes_dot_general(spec.fn):  # einsum: decide dot by dot
             prec = _PRECISION[current().float32_matmul_precision]
             kwargs["_dot_general"] = contraction_dot_general(prec)
+        if D.kind(comp) == "f" and comp.itemsize < 4 and spec.fn in CPU_LOWERINGS and _on_cpu():
+            return _round_output(CPU_LOWERINGS[spec.fn](*args, **kwargs), result)
     out = spec.fn(*args, **kwargs)
     return jax.tree.map(lambda o: _round_output(o, result), out)
 
