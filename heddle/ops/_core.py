@@ -284,19 +284,36 @@ try:
     from jax._src.interpreters.batching import BatchTracer as _BatchTracer
 except ImportError:  # pragma: no cover - a JAX without it: no vmap-specific lowering
     _BatchTracer = None
+try:
+    from jax._src.interpreters.ad import JVPTracer, LinearizeTracer
+
+    _AD_TRACERS: tuple[type, ...] = (JVPTracer, LinearizeTracer)
+except ImportError:  # pragma: no cover - a JAX without them: no gradient-specific lowering
+    _AD_TRACERS = ()
+
+
+def _differentiated(x: Any) -> bool:
+    """Whether ``x`` is being differentiated (``jax.grad``, ``jax.vjp``, ``jax.jvp`` traced it)."""
+    return bool(_AD_TRACERS) and isinstance(x, _AD_TRACERS)
 
 
 def matmul_on_cpu(a: Any, b: Any, **kwargs: Any) -> jax.Array:
     """``jnp.matmul`` of narrow float operands with a float32 result, laid out for XLA:CPU.
 
-    The same float32-accumulated dot, arranged so that XLA:CPU's library path takes the dots of the
-    forward and the backward pass (``python benchmarks/bench_contractions.py``): a lhs of rank > 2
-    times an unbatched weight (rank 2) contracts the lhs flattened to a matrix; under ``jax.vmap``
-    (where the lhs gains a batch dimension this trace does not see) the weight enters transposed,
-    so that its gradient is a dot XLA:CPU does not fold into a transposed-operands loop.
+    The same float32-accumulated dot; only the layout of a weight being differentiated changes, so
+    that XLA:CPU's library path takes the dots of the backward pass and the weight gradient's dot
+    has the orientation XLA:CPU runs faster (``python benchmarks/bench_contractions.py``). An
+    unbatched weight ``b`` (rank 2) under ``jax.grad``/``jax.vjp`` enters the dot transposed (its
+    gradient is then computed as ``[n, k]`` and transposed after its rounding) when the lhs has
+    rank > 2 or is batched by ``jax.vmap`` (XLA:CPU would otherwise fold the gradient's transpose
+    into a dot with both operands transposed, a slow loop), or when ``b`` has more rows than
+    columns. Otherwise, and always in a forward pass alone (where the transposed weight would cost
+    XLA:CPU float32 copies of both operands), it is ``jnp.matmul`` unchanged. A function traced
+    before it is differentiated (``jax.grad`` of a ``jax.jit``-compiled function, heddle.autodiff)
+    sees no gradient here and keeps ``jnp.matmul``'s layout.
 
     Args:
-      a: the lhs, of rank >= 1.
+      a: the lhs.
       b: the rhs.
       **kwargs: ``preferred_element_type`` and ``precision``, as for ``jnp.matmul``.
 
@@ -306,19 +323,20 @@ def matmul_on_cpu(a: Any, b: Any, **kwargs: Any) -> jax.Array:
     Examples:
       >>> import jax.numpy as jnp
       >>> from heddle.ops import _core
-      >>> a = jnp.ones((2, 3, 4), jnp.bfloat16)
-      >>> _core.matmul_on_cpu(a, jnp.ones((4, 5), jnp.bfloat16), preferred_element_type=jnp.float32).shape
+      >>> a, b = jnp.ones((2, 3, 4), jnp.bfloat16), jnp.ones((4, 5), jnp.bfloat16)
+      >>> _core.matmul_on_cpu(a, b, preferred_element_type=jnp.float32).shape
       (2, 3, 5)
     """
-    if np.ndim(b) != 2 or np.ndim(a) < 2 or set(kwargs) - {"preferred_element_type", "precision"}:
-        return jax.numpy.matmul(a, b, **kwargs)
-    lead, k = a.shape[:-1], a.shape[-1]
-    x = a.reshape(-1, k) if a.ndim > 2 else a
-    if _vmapped(a) and not _vmapped(b):
-        y = lax.dot_general(x, b.T, (((1,), (1,)), ((), ())), **kwargs)
-    else:
-        y = lax.dot_general(x, b, (((1,), (0,)), ((), ())), **kwargs)
-    return y.reshape(*lead, b.shape[-1])
+    if (
+        np.ndim(b) == 2
+        and np.ndim(a) >= 2
+        and _differentiated(b)
+        and not _vmapped(b)
+        and (np.ndim(a) > 2 or _vmapped(a) or b.shape[0] > b.shape[1])
+        and not set(kwargs) - {"preferred_element_type", "precision"}
+    ):
+        return lax.dot_general(a, b.T, (((a.ndim - 1,), (1,)), ((), ())), **kwargs)
+    return jax.numpy.matmul(a, b, **kwargs)
 
 
 CPU_LOWERINGS: dict[Callable[..., Any], Callable[..., Any]] = {
