@@ -206,9 +206,10 @@ def test_bench_gpu_dry_run_runs_every_benchmark_on_cpu(tmp_path):
     text = out.read_text()
     assert "dry run" in text
     for section in ("1. bfloat16 reduction", "2. bfloat16 matmul", "3. float32 matmul",
-                    "4. Training steps"):  # fmt: skip
+                    "4. Training steps", "5. Narrow contractions"):  # fmt: skip
         assert f"## {section}" in text, section
-    for row in ("heddle.numpy.sum (all)", "float32 |", "bfloat16 |", "float16 + loss scaling |"):
+    for row in ("heddle.numpy.sum (all)", "float32 |", "bfloat16 |", "float16 + loss scaling |",
+                "| vmapped 32x[32x64] @ W 64x256 | bfloat16 | fwd+bwd |"):  # fmt: skip
         assert row in text, row
     assert (
         not (ROOT / "benchmarks" / "RESULTS-gpu.md")
