@@ -348,10 +348,12 @@ CPU_LOWERINGS: dict[Callable[..., Any], Callable[..., Any]] = {
 
 def contraction_operand_dtype(common: np.dtype, acc: np.dtype, widen: bool) -> np.dtype:
     """The dtype a contraction's operands (of promotion ``common``, accumulating in ``acc``) are fed
-    to the dot in: ``common``, or ``acc`` for sub-byte integers (XLA cannot widen them inside a dot)
-    and, where ``widen`` (``widens_narrow_contractions(name)``), for narrow floats."""
+    to the dot in: ``common``, or ``acc`` for sub-byte integers and floats (XLA cannot widen them
+    inside a dot) and, where ``widen`` (``widens_narrow_contractions(name)``), for narrow floats."""
     k = D.kind(common)
     if k in "iu" and int(D.iinfo(common).bits) < 8:
+        return acc
+    if k == "f" and int(D.finfo(common).bits) < 8:
         return acc
     if k == "f" and common.itemsize < 4 and widen:
         return acc

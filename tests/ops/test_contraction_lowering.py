@@ -166,3 +166,28 @@ def test_a_tall_weight_enters_transposed_only_when_differentiated(k, n):
         + np.abs(want) * 2.0**-8
     )
     assert (np.abs(np.asarray(g, np.float64) - want) <= bound).all()
+
+
+@pytest.mark.parametrize(
+    "f",
+    [
+        lambda a, b: hnp.matmul(a, b),
+        lambda a, b: hnp.einsum("ij,jk->ik", a, b),
+        lambda a, b: hlax.dot_general(a, b, (((1,), (0,)), ((), ()))),
+    ],
+    ids=["matmul", "einsum", "lax.dot_general"],
+)
+def test_sub_byte_float_contractions_widen_on_every_backend(transform, f):
+    """float4_e2m1fn has no dot kernel on any backend: its operands are widened exactly to float32
+    (as sub-byte integers to int32), and the float32 sum of exact products is rounded once."""
+    f4 = ml_dtypes.float4_e2m1fn
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((16, 32)).astype(f4)
+    b = rng.standard_normal((32, 8)).astype(f4)
+    got = transform(f)(a, b)
+    assert got.dtype == f4
+    # the products and their sums are exact in float32 here (few bits); one rounding to float4
+    exact = a.astype(np.float64) @ b.astype(np.float64)
+    assert (
+        np.asarray(got).view(np.uint8) == exact.astype(np.float32).astype(f4).view(np.uint8)
+    ).all()
