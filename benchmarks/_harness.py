@@ -18,18 +18,27 @@ def block(x: Any) -> Any:
 
 
 def median_seconds(
-    fn: Callable[[], Any], *, warmup: int = 3, runs: int = 15, inner: int = 1
+    fn: Callable[[], Any],
+    *,
+    warmup: int = 3,
+    runs: int = 15,
+    inner: int = 1,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> float:
-    """Median wall time of ``fn()`` over ``runs`` timed runs of ``inner`` calls each, after warm-up."""
+    """Median time of ``fn()`` over ``runs`` timed runs of ``inner`` calls each, after warm-up.
+
+    ``clock`` is wall time by default; ``time.process_time`` (this process's CPU time, all threads)
+    is the steadier measure on a machine shared with other processes.
+    """
     for _ in range(warmup):
         block(fn())
     times = []
     for _ in range(runs):
-        t0 = time.perf_counter()
+        t0 = clock()
         for _ in range(inner):
             out = fn()
         block(out)
-        times.append((time.perf_counter() - t0) / inner)
+        times.append((clock() - t0) / inner)
     return statistics.median(times)
 
 
@@ -49,15 +58,29 @@ def interleaved_ratio(
     return statistics.median(ta), statistics.median(tb), statistics.median(ratios)
 
 
+def cpu_model() -> str:
+    """The CPU's model name from /proc/cpuinfo (``platform.processor()`` where there is none)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
 def machine() -> str:
     """One line naming the machine and versions."""
+    import jaxlib
     import ml_dtypes
     import numpy as np
 
     dev = jax.devices()[0]
     return (
-        f"{platform.machine()} {os.cpu_count()} cores, {dev.platform}:{dev.device_kind}; "
-        f"Python {platform.python_version()}, jax {jax.__version__}, numpy {np.__version__}, "
+        f"{platform.machine()} {os.cpu_count()} cores ({cpu_model()}), "
+        f"{dev.platform}:{dev.device_kind}; Python {platform.python_version()}, jax "
+        f"{jax.__version__}, jaxlib {jaxlib.__version__}, numpy {np.__version__}, "
         f"ml_dtypes {ml_dtypes.__version__}"
     )
 

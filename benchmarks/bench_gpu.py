@@ -17,6 +17,9 @@ What it measures (medians after warm-up, heddle and the alternative alternating)
    default (TF32 on NVIDIA GPUs), with the time each takes.
 4. Training-step throughput of an MLP in float32, bfloat16 (float32 masters) and float16 (float32
    masters, dynamic loss scaling), heddle against the same step in plain JAX.
+5. The narrow-contraction matrix of ``benchmarks/bench_contractions.py`` (the same shapes, dtypes
+   and passes as on CPU): heddle against jax.numpy's defaults and hand-written float32
+   accumulation. Target: every row <= 1.05x the faster of the two, the median row <= 1.0.
 
 Results go to ``benchmarks/RESULTS-gpu.md`` (``--out`` to change), with the machine and versions.
 """
@@ -261,6 +264,22 @@ def bench_training(dry: bool) -> list[list[Any]]:
     return out
 
 
+def bench_contraction_matrix(dry: bool) -> list[str]:
+    """The CPU matrix of ``bench_contractions.py`` on this device (dry: two cases, one round)."""
+    import bench_contractions as C
+
+    names = ["square 256", "vmapped 32x[32x64] @ W 64x256"] if dry else None
+    rows = C.matrix(quick=dry, rounds=1 if dry else 5, budget_s=0.01 if dry else 0.05, names=names)
+    return [
+        C.table(C.HEADERS, rows),
+        "",
+        C.summary(rows, -2, "Wall time"),
+        "",
+        "heddle / best: median over interleaved rounds of heddle's time over the faster of "
+        "jax.numpy's defaults and the explicit float32-accumulation code in that round.",
+    ]
+
+
 # ---- the report --------------------------------------------------------------------------------
 
 
@@ -300,6 +319,10 @@ def report(dry: bool) -> str:
         f"MLP {SIZES['mlp'][dry][0]}, batch {SIZES['mlp'][dry][1]}. float32 masters in the "
         "bfloat16 and float16 regimes; heddle's float32 regime runs its matmuls at "
         "Precision.HIGHEST, plain JAX's at the backend default (TF32 on NVIDIA GPUs).",
+        "",
+        "## 5. Narrow contractions (the matrix of bench_contractions.py)",
+        "",
+        *bench_contraction_matrix(dry),
     ]
     took = time.perf_counter() - start
     head = [

@@ -154,8 +154,10 @@ def accumulation_section() -> list[list]:
             lambda a: jnp.cumsum(a, axis=-1),
         ),
         "matmul (1024^3)": (lambda a: hnp.matmul(a, y), lambda a: jnp.matmul(a, y)),
-        # what heddle's matmul would be on CPU without widening its operands (as on GPU)
-        "matmul (1024^3), bfloat16 operands into a float32 dot": (
+        # the hand-written float32 accumulation: bfloat16 operands into a float32 dot, one
+        # rounding (the dot heddle's matmul feeds, on every backend; bench_contractions.py has the
+        # matrix of shapes)
+        "matmul (1024^3), explicit: bfloat16 operands into a float32 dot": (
             lambda a: jax.lax.dot(a, y, preferred_element_type=F32).astype(BF16),
             lambda a: jnp.matmul(a, y),
         ),

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The GPU checks of heddle, in one go, in under 8 minutes on one NVIDIA GPU:
+# The GPU checks of heddle, in one go, in under 11 minutes on one NVIDIA GPU:
 #   1. the GPU tests: pytest -m gpu (tests/test_gpu.py and the GPU test of the cast suite);
 #   2. the cast tests run on the GPU's own arithmetic (tests/policy/test_casts.py, GPU as default device);
-#   3. the GPU benchmarks (benchmarks/bench_gpu.py), written to benchmarks/RESULTS-gpu.md.
+#   3. the GPU benchmarks (benchmarks/bench_gpu.py, with the narrow-contraction matrix of
+#      benchmarks/bench_contractions.py), written to benchmarks/RESULTS-gpu.md.
 #
 # Usage, from a checkout on an NVIDIA machine:
 #   pip install -e '.[cuda12,test]'
@@ -19,7 +20,7 @@ DRY=0
 case "${1:-}" in
   --dry-run) DRY=1 ;;
   "") ;;
-  -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+  -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
   *) echo "gpu.sh: unknown option '$1'. Use: bash benchmarks/gpu.sh [--dry-run]" >&2; exit 2 ;;
 esac
 
@@ -47,7 +48,7 @@ if [ "$DRY" -eq 0 ]; then
   "$PY" -c 'import jax; print("jax", jax.__version__, jax.devices())'
   step "GPU tests (pytest -m gpu)" 170 "$PY" -m pytest -m gpu -q -p no:cacheprovider
   step "cast tests on GPU bits" 120 "$PY" -m pytest tests/policy/test_casts.py -q -p no:cacheprovider
-  step "GPU benchmarks" 190 "$PY" benchmarks/bench_gpu.py
+  step "GPU benchmarks" 360 "$PY" benchmarks/bench_gpu.py
 else
   echo "gpu.sh --dry-run: every step on the CPU at toy sizes; nothing is recorded"
   export JAX_PLATFORMS=cpu

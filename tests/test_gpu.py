@@ -206,9 +206,10 @@ def test_bench_gpu_dry_run_runs_every_benchmark_on_cpu(tmp_path):
     text = out.read_text()
     assert "dry run" in text
     for section in ("1. bfloat16 reduction", "2. bfloat16 matmul", "3. float32 matmul",
-                    "4. Training steps"):  # fmt: skip
+                    "4. Training steps", "5. Narrow contractions"):  # fmt: skip
         assert f"## {section}" in text, section
-    for row in ("heddle.numpy.sum (all)", "float32 |", "bfloat16 |", "float16 + loss scaling |"):
+    for row in ("heddle.numpy.sum (all)", "float32 |", "bfloat16 |", "float16 + loss scaling |",
+                "| vmapped 32x[32x64] @ W 64x256 | bfloat16 | fwd+bwd |"):  # fmt: skip
         assert row in text, row
     assert (
         not (ROOT / "benchmarks" / "RESULTS-gpu.md")
@@ -222,3 +223,28 @@ def test_gpu_sh_is_valid_bash_and_refuses_to_run_without_a_gpu():
     r = _run(["bash", "benchmarks/gpu.sh"], env={"PYTHON": sys.executable})
     assert r.returncode == 1
     assert "no NVIDIA GPU" in r.stdout + r.stderr and "--dry-run" in r.stdout + r.stderr
+
+
+@pytest.mark.gpu
+def test_narrow_contractions_reach_the_gpu_dot_unwidened_without_highest(device):
+    """On GPU a bfloat16 matmul, einsum and lax.dot_general feed bfloat16 operands to one
+    float32-result dot (no widening, no Precision.HIGHEST), forward and backward."""
+    rng = np.random.default_rng(0)
+    a = on(jnp.asarray(rng.standard_normal((64, 128)), jnp.bfloat16), device)
+    b = on(jnp.asarray(rng.standard_normal((128, 32)), jnp.bfloat16), device)
+    for f in (
+        lambda x, y: hnp.matmul(x, y),
+        lambda x, y: hnp.einsum("ij,jk->ik", x, y),
+        lambda x, y: hlax.dot_general(x, y, (((1,), (0,)), ((), ()))),
+    ):
+        eqns = jax.make_jaxpr(f)(a, b).jaxpr.eqns
+        (dot,) = [e for e in eqns if e.primitive.name == "dot_general"]
+        assert [v.aval.dtype for v in dot.invars] == [jnp.bfloat16] * 2
+        assert dot.outvars[0].aval.dtype == np.float32
+        assert dot.params["precision"] in (None, (None, None))
+        got = np.asarray(jax.jit(f)(a, b), np.float64)
+        a64, b64 = np.asarray(a, np.float64), np.asarray(b, np.float64)
+        bound = 128 * 2.0**-24 * (np.abs(a64) @ np.abs(b64)) + np.abs(a64 @ b64) * 2.0**-8
+        assert (np.abs(got - a64 @ b64) <= bound).all()
+        g = jax.jit(jax.grad(lambda x, y: f(x, y).astype(jnp.float32).sum(), argnums=(0, 1)))(a, b)
+        assert [x.dtype for x in g] == [jnp.bfloat16] * 2

@@ -253,25 +253,178 @@ def _plan(spec: OpSpec, p: Policy, sigs: tuple, dtype_arg: Any, x64: bool, widen
     return (common, *dtypes, precision, typed)
 
 
-@functools.cache
-def widens_narrow_contractions() -> bool:
-    """Whether narrow float contraction operands are widened before the dot (on CPU only).
+# Contractions whose dot_general always contracts the lhs on its trailing dimensions (a layout
+# XLA:CPU's library path takes with narrow operands and a float32 result); measured on CPU by
+# ``python benchmarks/bench_contractions.py`` (benchmarks/RESULTS.md). ``einsum`` and
+# ``heddle.lax.dot_general`` decide dot by dot (``narrow_dot_needs_widening``); tensordot and the
+# convolutions widen on CPU.
+NARROW_ON_CPU = frozenset(
+    "matmul dot vdot inner vecdot einsum batch_matmul linalg.matmul linalg.vecdot".split()
+)
 
-    XLA:CPU multiplies float32 matrices faster than it multiplies bfloat16/float16/float8 matrices
-    into a float32 result (``python benchmarks/bench_ops.py`` measures both against jax.numpy's
-    bfloat16 matmul at 1024**3; recorded in benchmarks/RESULTS.md). Widening is exact, so
-    the dot is the same float32-accumulated contraction. GPUs keep the narrow operands: their
-    matrix units take them directly.
-    """
+
+@functools.cache
+def _on_cpu() -> bool:
     return jax.default_backend() == "cpu"
+
+
+def widens_narrow_contractions(name: str | None = None) -> bool:
+    """Whether the contraction ``name`` widens narrow float operands to float32 before its dot.
+
+    Never on GPU and TPU: their matrix units take bfloat16/float16/float8 operands with a float32
+    result directly. On CPU a narrow dot with a float32 result is as fast as (and its backward pass
+    faster than) the widened float32 dot wherever XLA:CPU's library path takes it, so the ops of
+    ``NARROW_ON_CPU`` keep their narrow operands; the others widen here and narrow again dot by dot
+    (``narrow_dot_needs_widening``) through ``contraction_dot_general``. Widening is exact, so either
+    way the dot is the same float32-accumulated contraction, rounded once.
+
+    Args:
+      name: the contraction (``"matmul"``, ``"einsum"``, ...); None asks about a generic one.
+
+    Returns:
+      True where the operands are widened in the op's plan.
+
+    Examples:
+      >>> from heddle.ops import _core
+      >>> _core.widens_narrow_contractions("matmul")
+      False
+    """
+    return _on_cpu() and name not in NARROW_ON_CPU
+
+
+def narrow_dot_needs_widening(lhs_ndim: int, rhs_ndim: int, dimension_numbers: Any) -> bool:
+    """Whether XLA:CPU needs a narrow dot with a float32 result widened to float32 operands.
+
+    XLA:CPU's generic dot (outside its library path) has no narrow x narrow -> float32 kernel: it
+    fails on a dot whose lhs does not contract on its trailing dimensions while the rhs keeps more
+    than one free dimension (``tensordot(a, b, axes=([0], [2]))``). Such dots are widened first
+    (exact); every other one keeps its narrow operands. Other backends never widen.
+
+    Args:
+      lhs_ndim: rank of the lhs.
+      rhs_ndim: rank of the rhs.
+      dimension_numbers: ``((lhs_contract, rhs_contract), (lhs_batch, rhs_batch))`` as for
+        ``lax.dot_general``.
+
+    Returns:
+      True when the operands must reach the dot as float32.
+
+    Examples:
+      >>> from heddle.ops import _core
+      >>> _core.narrow_dot_needs_widening(2, 3, (((0,), (2,)), ((), ()))) == _core._on_cpu()
+      True
+    """
+    if not _on_cpu():
+        return False
+    (lc, rc), (_, rb) = dimension_numbers
+    lc = sorted(int(d) % max(lhs_ndim, 1) for d in lc)
+    trailing = lc == list(range(lhs_ndim - len(lc), lhs_ndim))
+    rhs_free = rhs_ndim - len(rc) - len(rb)
+    return not trailing and rhs_free > 1
+
+
+def contraction_dot_general(precision: Any = None) -> Callable[..., Any]:
+    """A ``lax.dot_general`` for contractions built on it (``jnp.einsum``'s ``_dot_general``): narrow
+    operands go to the dot as they are, or widened exactly to float32 (at ``precision``) where
+    ``narrow_dot_needs_widening`` says XLA:CPU needs it."""
+
+    def dot_general(lhs: Any, rhs: Any, dimension_numbers: Any, *args: Any, **kwargs: Any) -> Any:
+        narrow = {D.kind(np.dtype(lhs.dtype)), D.kind(np.dtype(rhs.dtype))} == {"f"} and min(
+            np.dtype(lhs.dtype).itemsize, np.dtype(rhs.dtype).itemsize
+        ) < 4
+        if narrow and narrow_dot_needs_widening(lhs.ndim, rhs.ndim, dimension_numbers):
+            f32 = np.dtype(np.float32)
+            lhs, rhs = (
+                cast(lhs, max(np.dtype(lhs.dtype), f32, key=lambda d: d.itemsize)),
+                cast(rhs, max(np.dtype(rhs.dtype), f32, key=lambda d: d.itemsize)),
+            )
+            if precision is not None and kwargs.get("precision") is None and not args:
+                kwargs["precision"] = precision
+        return lax.dot_general(lhs, rhs, dimension_numbers, *args, **kwargs)
+
+    return dot_general
+
+
+def _vmapped(x: Any) -> bool:
+    """Whether ``x`` is being batched by ``jax.vmap`` (the dot then gains a dimension heddle's trace
+    does not see)."""
+    return _BatchTracer is not None and isinstance(x, _BatchTracer)
+
+
+try:
+    from jax._src.interpreters.batching import BatchTracer as _BatchTracer
+except ImportError:  # pragma: no cover - a JAX without it: no vmap-specific lowering
+    _BatchTracer = None
+try:
+    from jax._src.interpreters.ad import JVPTracer, LinearizeTracer
+
+    _AD_TRACERS: tuple[type, ...] = (JVPTracer, LinearizeTracer)
+except ImportError:  # pragma: no cover - a JAX without them: no gradient-specific lowering
+    _AD_TRACERS = ()
+
+
+def _differentiated(x: Any) -> bool:
+    """Whether ``x`` is being differentiated (``jax.grad``, ``jax.vjp``, ``jax.jvp`` traced it)."""
+    return bool(_AD_TRACERS) and isinstance(x, _AD_TRACERS)
+
+
+def matmul_on_cpu(a: Any, b: Any, **kwargs: Any) -> jax.Array:
+    """``jnp.matmul`` of narrow float operands with a float32 result, laid out for XLA:CPU.
+
+    The same float32-accumulated dot; only the layout of a weight being differentiated changes, so
+    that XLA:CPU's library path takes the dots of the backward pass and the weight gradient's dot
+    has the orientation XLA:CPU runs faster (``python benchmarks/bench_contractions.py``). An
+    unbatched weight ``b`` (rank 2) under ``jax.grad``/``jax.vjp`` enters the dot transposed (its
+    gradient is then computed as ``[n, k]`` and transposed after its rounding) when the lhs has
+    rank > 2 or is batched by ``jax.vmap`` (XLA:CPU would otherwise fold the gradient's transpose
+    into a dot with both operands transposed, a slow loop), or when ``b`` has more rows than
+    columns. Otherwise, and always in a forward pass alone (where the transposed weight would cost
+    XLA:CPU float32 copies of both operands), it is ``jnp.matmul`` unchanged. A function traced
+    before it is differentiated (``jax.grad`` of a ``jax.jit``-compiled function, heddle.autodiff)
+    sees no gradient here and keeps ``jnp.matmul``'s layout.
+
+    Args:
+      a: the lhs.
+      b: the rhs.
+      **kwargs: ``preferred_element_type`` and ``precision``, as for ``jnp.matmul``.
+
+    Returns:
+      ``jnp.matmul(a, b, **kwargs)``'s value and dtype.
+
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> from heddle.ops import _core
+      >>> a, b = jnp.ones((2, 3, 4), jnp.bfloat16), jnp.ones((4, 5), jnp.bfloat16)
+      >>> _core.matmul_on_cpu(a, b, preferred_element_type=jnp.float32).shape
+      (2, 3, 5)
+    """
+    if (
+        np.ndim(b) == 2
+        and np.ndim(a) >= 2
+        and _differentiated(b)
+        and not _vmapped(b)
+        and (np.ndim(a) > 2 or _vmapped(a) or b.shape[0] > b.shape[1])
+        and not set(kwargs) - {"preferred_element_type", "precision"}
+    ):
+        return lax.dot_general(a, b.T, (((a.ndim - 1,), (1,)), ((), ())), **kwargs)
+    return jax.numpy.matmul(a, b, **kwargs)
+
+
+CPU_LOWERINGS: dict[Callable[..., Any], Callable[..., Any]] = {
+    jax.numpy.matmul: matmul_on_cpu,
+    jax.numpy.linalg.matmul: matmul_on_cpu,
+}
+"""JAX functions heddle's narrow contractions call through a CPU-specific arrangement instead."""
 
 
 def contraction_operand_dtype(common: np.dtype, acc: np.dtype, widen: bool) -> np.dtype:
     """The dtype a contraction's operands (of promotion ``common``, accumulating in ``acc``) are fed
-    to the dot in: ``common``, or ``acc`` for sub-byte integers (XLA cannot widen them inside a dot)
-    and, where ``widen`` (``widens_narrow_contractions()``: on CPU), for narrow floats."""
+    to the dot in: ``common``, or ``acc`` for sub-byte integers and floats (XLA cannot widen them
+    inside a dot) and, where ``widen`` (``widens_narrow_contractions(name)``), for narrow floats."""
     k = D.kind(common)
     if k in "iu" and int(D.iinfo(common).bits) < 8:
+        return acc
+    if k == "f" and int(D.finfo(common).bits) < 8:
         return acc
     if k == "f" and common.itemsize < 4 and widen:
         return acc
@@ -363,8 +516,21 @@ def _run(spec: OpSpec, plan: tuple, template: tuple, values: Sequence[Any]) -> A
         kwargs["preferred_element_type"] = acc
         if precision is not None and kwargs.get("precision") is None:
             kwargs["precision"] = precision
+        if comp.itemsize < 4 and _takes_dot_general(spec.fn):  # einsum: decide dot by dot
+            prec = _PRECISION[current().float32_matmul_precision]
+            kwargs["_dot_general"] = contraction_dot_general(prec)
+        if D.kind(comp) == "f" and comp.itemsize < 4 and spec.fn in CPU_LOWERINGS and _on_cpu():
+            return _round_output(CPU_LOWERINGS[spec.fn](*args, **kwargs), result)
     out = spec.fn(*args, **kwargs)
     return jax.tree.map(lambda o: _round_output(o, result), out)
+
+
+@functools.cache
+def _takes_dot_general(fn: Callable[..., Any]) -> bool:
+    try:
+        return "_dot_general" in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 def _output_dtype(out: np.dtype, result: np.dtype) -> np.dtype:
@@ -522,7 +688,7 @@ def make_op(name: str, spec: OpSpec) -> Callable[..., Any]:
                 x if s is not None else asarray(x) for x, s in zip(operands, sigs, strict=True)
             )
             sigs = tuple(map(_signature, operands))
-        key = (id(p), sigs, dtype_arg, D.x64_enabled(), widens_narrow_contractions())
+        key = (id(p), sigs, dtype_arg, D.x64_enabled(), widens_narrow_contractions(name))
         hit = plans.get(key)
         if hit is None or hit[0] is not p:
             d_arg = None if dtype_arg is None else D.dtype(dtype_arg)

@@ -35,12 +35,23 @@ _PRECISION = {"highest": lax.Precision.HIGHEST, "high": lax.Precision.HIGH}
 
 
 def contraction_dtypes(
-    lhs: Any, rhs: Any, preferred: Any, p: Policy
+    lhs: Any, rhs: Any, preferred: Any, p: Policy, widen: bool | None = None
 ) -> tuple[np.dtype, np.dtype, np.dtype]:
-    """(result, operand dtype, accumulation dtype) of a contraction of ``lhs`` and ``rhs``."""
+    """(result, operand dtype, accumulation dtype) of a contraction of ``lhs`` and ``rhs``; ``widen``
+    (default: ``_core.widens_narrow_contractions()``) says whether narrow floats go to float32."""
     common = _scalars.resolve((lhs, rhs), p)
     result, acc = _rules.reduction_dtypes(common, preferred, p)
-    return result, contraction_operand_dtype(common, acc, _core.widens_narrow_contractions()), acc
+    if widen is None:
+        widen = _core.widens_narrow_contractions()
+    return result, contraction_operand_dtype(common, acc, widen), acc
+
+
+def _widens(name: str, a: dict[str, Any]) -> bool:
+    """Whether the contraction ``name`` with bound arguments ``a`` widens narrow operands."""
+    if name == "dot_general":  # dot by dot, from its dimension numbers
+        ndim = (np.ndim(a["lhs"]), np.ndim(a["rhs"]))
+        return _core.narrow_dot_needs_widening(*ndim, a["dimension_numbers"])
+    return _core.widens_narrow_contractions(name)
 
 
 def _contraction(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
@@ -51,7 +62,10 @@ def _contraction(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
         p = current()
         bound = sig.bind(*args, **kwargs)
         a = bound.arguments
-        result, to, acc = contraction_dtypes(a["lhs"], a["rhs"], a.get("preferred_element_type"), p)
+        widen = _widens(name, a)
+        result, to, acc = contraction_dtypes(
+            a["lhs"], a["rhs"], a.get("preferred_element_type"), p, widen
+        )
         for d in {result, to, acc}:
             D.require_available(d, f"heddle.lax.{name}")
         a["lhs"] = cast(materialise(a["lhs"], to), to)

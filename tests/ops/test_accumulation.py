@@ -68,17 +68,19 @@ def test_integer_sums_scans_and_contractions_widen(transform):
     assert got.dtype == np.int32 and int(got[0, 0]) == 300 * 100 * 100
 
 
-@pytest.mark.parametrize("widen", [True, False], ids=["widened (CPU)", "narrow operands (GPU)"])
+@pytest.mark.parametrize("widen", [True, False], ids=["widened", "narrow operands"])
 def test_both_contraction_paths_accumulate_in_float32(monkeypatch, widen):
-    """On CPU narrow contraction operands are widened to float32 before the dot; on GPU they go to
-    the dot as they are, with preferred_element_type=float32. Both paths, forced here under jit (a
-    trace never reuses an eager kernel), feed the dot what they say and meet the same bound."""
+    """Narrow contraction operands go to the dot as they are, with preferred_element_type=float32,
+    or widened exactly to float32 first (tensordot and convolutions on CPU, and the dots XLA:CPU has
+    no narrow kernel for). Both paths, forced here under jit (a trace never reuses an eager kernel),
+    feed the dot what they say and meet the same bound."""
     import jax
 
     import heddle.lax as hlax
     from heddle.ops import _core
 
-    monkeypatch.setattr(_core, "widens_narrow_contractions", lambda: widen)
+    monkeypatch.setattr(_core, "widens_narrow_contractions", lambda name=None: widen)
+    monkeypatch.setattr(_core, "narrow_dot_needs_widening", lambda *_: widen)
     rng = np.random.default_rng(1)
     a = rng.standard_normal((8, 4096)).astype(ml_dtypes.bfloat16)
     b = rng.standard_normal((4096, 8)).astype(ml_dtypes.bfloat16)

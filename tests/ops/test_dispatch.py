@@ -124,12 +124,13 @@ def test_call_shapes_differing_only_in_dtype_or_weak_type_do_not_share_a_kernel(
         assert hnp.add(b, strong).dtype == np.float32  # float32 holds bfloat16
 
 
-def test_narrow_contractions_are_widened_exactly_on_cpu_only():
+def test_narrow_matmul_operands_reach_the_dot_unwidened():
     from heddle.ops import _core
 
-    assert _core.widens_narrow_contractions() == (jax.default_backend() == "cpu")
+    assert not _core.widens_narrow_contractions("matmul")
+    assert _core.widens_narrow_contractions("tensordot") == (jax.default_backend() == "cpu")
     a = jnp.asarray([[1.0, 2.0]], BF16)
     eqns = jax.make_jaxpr(lambda x: hnp.matmul(x, x.T))(a).jaxpr.eqns
     (dot,) = [e for e in eqns if e.primitive.name == "dot_general"]
-    widened = jax.default_backend() == "cpu"
-    assert [v.aval.dtype for v in dot.invars] == [np.float32 if widened else BF16] * 2
+    assert [v.aval.dtype for v in dot.invars] == [BF16] * 2
+    assert dot.outvars[0].aval.dtype == np.float32
