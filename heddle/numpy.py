@@ -17,7 +17,7 @@ import inspect as _inspect
 
 import jax.numpy as _jnp
 
-from heddle.ops import _core, _creation, _printing, _table
+from heddle.ops import _core, _counting, _creation, _printing, _table
 from heddle.policy import promote_types as promote_types
 from heddle.policy import result_type as result_type
 from heddle.policy._rules import OpClass as _OpClass
@@ -65,6 +65,7 @@ def _build() -> dict:
         if not name.startswith("_") and _inspect.isclass(obj):
             names.setdefault(name, obj)  # dtype scalar types, finfo, iinfo, ndarray, ...
     names.update(_creation.CREATION)
+    names.update(_counting.COUNTING)
     names.update(_printing.PRINTING)
     return names
 

@@ -43,7 +43,10 @@ except ImportError:  # pragma: no cover - only while the cast module is being bu
 class Plan(enum.Enum):
     """How an op computes (POLICY.md 5)."""
 
-    UPCAST = "upcast"  # operands -> result dtype -> compute dtype (float32 for narrow floats); round once
+    # operands -> result dtype -> compute dtype (float32 for narrow floats); round once. For a
+    # selection the rounding is exact: it copies from the float32 copy, so its transpose (the
+    # scatter-add of a gather's cotangents, ...) sums in float32 under any jax.grad
+    UPCAST = "upcast"
     NATIVE = (
         "native"  # operands -> result dtype; the op runs there (comparisons, copies, integer ops)
     )
@@ -223,7 +226,9 @@ def _result_and_compute(spec: OpSpec, common: np.dtype, dtype_arg: Any, p: Polic
         result, acc = _rules.reduction_dtypes(common, dtype_arg, p)
         return result, common, contraction_operand_dtype(common, acc, widen), acc
     result = _rules.result_dtype(spec.op_class, common, policy=p)
-    if spec.op_class in (OpClass.COMPARISON, OpClass.INDEX, OpClass.SELECTION):
+    if spec.op_class in (OpClass.COMPARISON, OpClass.INDEX) or (
+        spec.op_class is OpClass.SELECTION and spec.plan is not Plan.UPCAST
+    ):
         return result, common, common, None
     comp = compute_dtype(result, p) if spec.plan is Plan.UPCAST else result
     return result, result, comp, None

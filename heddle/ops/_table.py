@@ -68,11 +68,17 @@ OPS: dict[str, tuple[OpClass, Plan, tuple[int, ...] | str]] = {
     ),
     # float-only with static arguments after the value operands
     **dict.fromkeys(
-        "unwrap average median nanmedian percentile nanpercentile quantile nanquantile gradient "
-        "polyder polyint roots poly frexp ldexp sort_complex".split(),
+        "unwrap median nanmedian gradient polyder polyint roots poly frexp ldexp "
+        "sort_complex".split(),
         (F, UP, FIRST),
     ),
-    **dict.fromkeys("corrcoef cov trapezoid polyfit".split(), (F, UP, FIRST_TWO)),
+    # weights are value operands: they are summed with a (in float32)
+    "average": (F, UP, (0, 2)),
+    # q is a value operand too (JAX promotes it with a): nanquantile counts the non-NaN values in
+    # its dtype, so a narrow q would count in bfloat16
+    **dict.fromkeys("percentile nanpercentile quantile nanquantile".split(), (F, UP, FIRST_TWO)),
+    **dict.fromkeys("corrcoef trapezoid polyfit".split(), (F, UP, FIRST_TWO)),
+    "cov": (F, UP, (0, 1, 6)),  # m, y and aweights (fweights are integer repeat counts)
     "interp": (F, UP, (0, 1, 2)),
     # float-only and accumulating, with a dtype= argument
     **dict.fromkeys("mean var std nanmean nanvar nanstd".split(), (F, ACC, FIRST)),
@@ -107,20 +113,41 @@ OPS: dict[str, tuple[OpClass, Plan, tuple[int, ...] | str]] = {
         (IDX, NAT, FIRST),
     ),
     **dict.fromkeys("searchsorted digitize".split(), (IDX, NAT, FIRST_TWO)),
+    # selections whose transpose sums (a gather's repeated indices, ...): copied from the exact
+    # float32 copy of a narrow float and rounded back exactly, so the sum of their cotangents runs
+    # in float32 under any jax.grad (the convert's transpose widens the cotangent first); XLA fuses
+    # the conversions into the copy
+    **dict.fromkeys(
+        "take take_along_axis diagonal diag diagflat broadcast_to repeat tile resize max min amax "
+        "amin nanmax nanmin".split(),
+        (S, UP, FIRST),
+    ),
+    **dict.fromkeys("broadcast_arrays meshgrid".split(), (S, UP, "all")),
+    "compress": (S, UP, (1,)),
+    "extract": (S, UP, (1,)),
+    # copies that write values into an array: n-ary, so they promote (as append and concatenate);
+    # a scalar value is broadcast to its slots and its cotangents summed in float32
+    **dict.fromkeys("put place insert put_along_axis".split(), (S, UP, (0, 2))),
+    "fill_diagonal": (S, UP, FIRST_TWO),
 }
+
+# Counting and index grids (heddle/ops/_counting.py: COUNTING) are neither ops nor pass-throughs.
 
 # Names with no dtype decision, each with the reason it passes through unchanged.
 PASS_REASONS = {
     "selection": (
         "values are copied bit-exactly, the result has the input's dtype",
-        "max min amax amin nanmax nanmin sort partition take take_along_axis compress "
-        "extract reshape transpose flip fliplr flipud roll tile repeat squeeze expand_dims ravel "
-        "moveaxis swapaxes rollaxis rot90 matrix_transpose permute_dims broadcast_to broadcast_arrays "
-        "atleast_1d atleast_2d atleast_3d split array_split hsplit vsplit dsplit unstack diagonal "
-        "diag diagflat tril triu pad trim_zeros resize delete insert copy put put_along_axis place "
-        "fill_diagonal choose select piecewise block meshgrid unique unique_all unique_counts "
-        "unique_inverse unique_values union1d intersect1d setdiff1d setxor1d real imag "
+        "reshape transpose flip fliplr flipud roll squeeze expand_dims ravel "
+        "moveaxis swapaxes rollaxis rot90 matrix_transpose permute_dims "
+        "atleast_1d atleast_2d atleast_3d split array_split hsplit vsplit dsplit unstack "
+        "tril triu pad trim_zeros delete copy "
+        "select piecewise block real imag "
         "bitwise_count packbits unpackbits ix_",
+    ),
+    "permutations": (
+        "values are copied bit-exactly and each input value lands in exactly one output slot, so "
+        "the backward scatter-add gives every slot one cotangent (no sum)",
+        "sort partition",
     ),
     "metadata": (
         "returns shapes, flags or dtype facts, not arrays",
@@ -131,12 +158,11 @@ PASS_REASONS = {
         "applies the user's own function; the ops inside it carry the policy",
         "vectorize apply_along_axis apply_over_axes frompyfunc fromfunction",
     ),
-    "index grids": (
-        "builds integer index arrays of the default int type",
-        "indices tril_indices triu_indices tril_indices_from triu_indices_from diag_indices "
-        "diag_indices_from mask_indices unravel_index ravel_multi_index bincount histogram "
-        "histogram2d histogramdd histogram_bin_edges tri",
+    "bin edges": (
+        "evenly spaced edges in the input's float dtype from its min and max (selections); no sum",
+        "histogram_bin_edges",
     ),
+    "masks": ("a 0/1 lower-triangular mask: no arithmetic", "tri"),
     "i/o": (
         "reads or writes files and buffers",
         "save savez load frombuffer fromfile fromiter fromstring from_dlpack",
