@@ -178,13 +178,14 @@ def test_max_and_min_count_their_ties_in_float32_under_jax_grad(transform, name)
 
 @pytest.mark.parametrize("np_name", ["nanquantile", "quantile", "nanpercentile", "percentile"])
 def test_quantile_with_a_narrow_q_counts_in_float32(transform, np_name):
-    """nanquantile counts the non-NaN values in q's dtype: 1001 values counted in bfloat16 are
-    1000, and the median moves between two values."""
-    x = np.repeat(np.array([0.0, 1.0], BF16), [500, 501])
-    q = BF16(50 if "percentile" in np_name else 0.5)
+    """jax.numpy's quantiles count the values in q's dtype: 257 values counted in bfloat16 are 256,
+    and the maximum (q = 1) becomes the value before it."""
+    x = np.r_[np.zeros(256), [1.0]].astype(BF16)
+    q = BF16(100 if "percentile" in np_name else 1.0)
     got = transform(lambda v, q: getattr(hnp, np_name)(v, q))(x, q)
-    assert got.dtype == BF16 and float(got) == 1.0  # numpy in float64: 1.0
-    assert float(getattr(np, np_name)(x.astype(np.float64), float(q))) == 1.0
+    assert float(getattr(np, np_name)(x.astype(np.float64), float(q))) == 1.0  # float64: the max
+    assert got.dtype == BF16 and float(got) == 1.0
+    assert float(transform(lambda v, q: getattr(jnp, np_name)(v, q))(x, q)) == 0.0
 
 
 # --- counting ---------------------------------------------------------------------------------------
