@@ -123,9 +123,7 @@ def test_selections_are_jax_own(name):
     assert getattr(hlax, name) is getattr(lax, name)
 
 
-@pytest.mark.parametrize(
-    ("dtype", "n"), [(BF16, 100_003), (F16, 4099)], ids=["bfloat16", "float16"]
-)
+@pytest.mark.parametrize(("dtype", "n"), [(BF16, 257), (F16, 2049)], ids=["bfloat16", "float16"])
 @pytest.mark.parametrize("name", ["reduce_max", "reduce_min"])
 def test_reduce_max_and_min_count_ties_in_float32(transform, dtype, n, name):
     """The values are JAX's, bit for bit; the backward pass shares the cotangent among the n tied
@@ -258,13 +256,13 @@ def test_heddle_autodiff_through_reduce_window():
 # --- scatter accumulations -------------------------------------------------------------------------
 
 SCATTER_DN = lax.ScatterDimensionNumbers((), (0,), (0,))
-N_UPDATES = 100_000
+N_UPDATES = 4000
 
 
 @pytest.mark.parametrize("dtype", [BF16, F16], ids=["bfloat16", "float16"])
 @pytest.mark.parametrize("name", ["scatter_add", "scatter_sub"])
 def test_scatter_add_and_sub_round_the_exact_sum_once(transform, dtype, name):
-    """100,000 updates of 1/16 into one slot: every float32 partial sum is exact (6250)."""
+    """4000 updates of 1/16 into one slot: every float32 partial sum is exact (250)."""
     idx = np.zeros((N_UPDATES, 1), np.int32)
     upd = np.full(N_UPDATES, 0.0625, dtype)
     base = np.array([0.5, 3.0], dtype)
@@ -529,10 +527,10 @@ def test_conv_general_dilated_local_accumulates_in_float32(transform):
 
 
 def test_conv_general_dilated_patches_copies_and_sums_its_backward_in_float32(transform):
-    x = _exact_sum_inputs(2 * 48 * 48, BF16, 14).reshape(1, 2, 48, 48)
+    x = _exact_sum_inputs(2 * 24 * 24, BF16, 14).reshape(1, 2, 24, 24)
 
     def patches(v, fn=hlax.conv_general_dilated_patches):
-        return fn(v, (16, 16), (1, 1), "VALID")
+        return fn(v, (9, 9), (1, 1), "VALID")
 
     ours = transform(patches)(x)
     theirs = transform(lambda v: patches(v, lax.conv_general_dilated_patches))(x)
@@ -543,7 +541,7 @@ def test_conv_general_dilated_patches_copies_and_sums_its_backward_in_float32(tr
 
     g = transform(grad(hlax.conv_general_dilated_patches))(x)
     # an element at (i, j) is in (number of windows covering i) * (... j) patches
-    cover = np.array([min(i, 15, 47 - i, 32) + 1 for i in range(48)], np.float64)
+    cover = np.array([min(i, 8, 23 - i, 15) + 1 for i in range(24)], np.float64)
     want = round_once(np.outer(cover, cover) * 0.0625, BF16)
     assert g.dtype == BF16 and np.array_equal(np.asarray(g)[0, 0], want)
     assert _narrow(grad(hlax.conv_general_dilated_patches), x) == set()
