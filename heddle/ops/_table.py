@@ -119,7 +119,7 @@ OPS: dict[str, tuple[OpClass, Plan, tuple[int, ...] | str]] = {
     # the conversions into the copy
     **dict.fromkeys(
         "take take_along_axis diagonal diag diagflat broadcast_to repeat tile resize max min amax "
-        "amin nanmax nanmin".split(),
+        "amin nanmax nanmin pad".split(),
         (S, UP, FIRST),
     ),
     **dict.fromkeys("broadcast_arrays meshgrid".split(), (S, UP, "all")),
@@ -136,11 +136,12 @@ OPS: dict[str, tuple[OpClass, Plan, tuple[int, ...] | str]] = {
 # Names with no dtype decision, each with the reason it passes through unchanged.
 PASS_REASONS = {
     "selection": (
-        "values are copied bit-exactly, the result has the input's dtype",
+        "values are copied bit-exactly, each read into at most one output slot (so the backward "
+        "pass adds nothing), the result has the input's dtype",
         "reshape transpose flip fliplr flipud roll squeeze expand_dims ravel "
         "moveaxis swapaxes rollaxis rot90 matrix_transpose permute_dims "
         "atleast_1d atleast_2d atleast_3d split array_split hsplit vsplit dsplit unstack "
-        "tril triu pad trim_zeros delete copy "
+        "tril triu trim_zeros delete copy "
         "select piecewise block real imag "
         "bitwise_count packbits unpackbits ix_",
     ),

@@ -262,3 +262,25 @@ def test_index_outputs_are_int32_under_x64():
         assert [r.dtype for r in hnp.unravel_index(a, (4,))] == [np.int32]
         # JAX's own answers, for contrast
         assert jnp.bincount(a).dtype == np.int64 and jnp.indices((2, 3)).dtype == np.int64
+
+
+@pytest.mark.parametrize("mode", ["edge", "maximum", "mean"])
+def test_pad_modes_that_repeat_a_value_sum_its_cotangents_in_float32(transform, mode):
+    """pad(x, 2048, mode) of one value repeats it 4097 times; its gradient (cotangent 1/16 each) is
+    4097/16 = 256.0625, rounded once: 256. JAX's backward pass sums in a bfloat16 reduce (XLA:CPU
+    happens to widen that reduce, so on CPU the difference shows in the program, not the value)."""
+    import jax
+    from test_sweep import narrow_accumulations  # tests/ops is on sys.path
+
+    x = np.array([1.0], BF16)
+
+    def grad(np_):
+        loss = lambda v: (np_.pad(v, 2048, mode=mode).astype(np.float32) * 0.0625).sum()
+        return jax.grad(loss)
+
+    got = transform(grad(hnp))(x)
+    assert got.dtype == BF16 and float(got[0]) == _round_once(Fraction(4097, 16), BF16) == 256.0
+    assert narrow_accumulations(jax.make_jaxpr(grad(hnp))(x).jaxpr) == set()
+    assert narrow_accumulations(jax.make_jaxpr(grad(jnp))(x).jaxpr) == {"reduce_sum"}
+    v = np.arange(6).astype(BF16) / BF16(3)
+    assert hnp.pad(v, 3, mode=mode).tobytes() == jnp.pad(v, 3, mode=mode).tobytes()

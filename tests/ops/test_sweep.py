@@ -386,6 +386,14 @@ FFT = {
 
 RECIPES = {"numpy": NUMPY, "lax": LAX, "nn": NN, "linalg": LINALG, "fft": FFT}
 
+# further calls of a name whose other modes compute differently (swept beside the recipe)
+VARIANTS = {
+    ("numpy", "pad"): [
+        lambda x, mode=mode: ((x, 2), {"mode": mode})
+        for mode in "edge reflect symmetric wrap maximum minimum mean median linear_ramp".split()
+    ],
+}
+
 
 def _names(space: str):
     mod = SPACES[space]
@@ -407,8 +415,10 @@ def _input(space: str, name: str, d):
     return x
 
 
-def _call(space: str, name: str, x):
-    recipe = RECIPES[space].get(name) or (COLLECTIVES.get(name) if space == "lax" else None)
+def _call(space: str, name: str, x, recipe=None):
+    recipe = (
+        recipe or RECIPES[space].get(name) or (COLLECTIVES.get(name) if space == "lax" else None)
+    )
     if recipe is not None:
         return recipe(x)
     nin = getattr(getattr(jnp, name, None), "nin", None) if space == "numpy" else None
@@ -431,7 +441,7 @@ def _vmapped(fn):
     return call
 
 
-def trace(space: str, name: str, d) -> tuple[set[str], bool]:
+def trace(space: str, name: str, d, recipe=None) -> tuple[set[str], bool]:
     """(narrow accumulations found, whether the backward pass was traced too)."""
     fn = getattr(SPACES[space], name)
     if space == "lax" and name in COLLECTIVES:  # a named axis: the leading axis of x, under vmap
@@ -439,7 +449,7 @@ def trace(space: str, name: str, d) -> tuple[set[str], bool]:
             fn = jax.vmap(fn, in_axes=None, axis_name="i", axis_size=4)
         else:
             fn = _vmapped(fn)
-    args, kwargs = _call(space, name, _input(space, name, d))
+    args, kwargs = _call(space, name, _input(space, name, d), recipe)
     leaves, tree = jax.tree.flatten((args, kwargs))
     where = [i for i, leaf in enumerate(leaves) if _is_traced(leaf)]
 
@@ -555,6 +565,8 @@ def sweep(dtype) -> tuple[dict, dict]:
         for name in _names(space):
             try:
                 prims, _ = trace(space, name, dtype)
+                for variant in VARIANTS.get((space, name), []):
+                    prims = prims | trace(space, name, dtype, variant)[0]
             except Exception as e:
                 failed[(space, name)] = f"{type(e).__name__}: {str(e)[:120]}"
                 continue
