@@ -7,7 +7,12 @@ policy versions (classified in ``heddle/ops/_lax.py``): contractions (``dot_gene
 ones at ``Precision.HIGHEST`` unless the policy says otherwise); ``reduce_sum``, ``reduce_prod``,
 ``cumsum``, ``cumprod`` and ``cumlogsumexp`` accumulate in float32 for narrow floats and give
 integers their accumulation dtype; ``reduce`` and ``reduce_window`` do the same when their
-computation is an add or a multiply. Everything else is ``jax.lax``'s own object.
+computation is an add or a multiply, and run a max or min (max-pooling) of a narrow float on its exact
+float32 copy, as ``reduce_max``/``reduce_min`` do, so their backward passes sum in float32;
+``scatter_add``, ``scatter_sub``, ``scatter_mul`` combine their updates in the accumulation dtype;
+``conv_general_dilated_local`` and ``conv_general_dilated_patches`` run on exactly widened operands.
+Everything else is ``jax.lax``'s own object, the collectives (``psum``, ...) included: they add in
+the operand's dtype (see ``LAX_PASS`` in heddle/ops/_lax.py).
 
 Examples:
   >>> import numpy as np, ml_dtypes

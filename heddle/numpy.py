@@ -19,7 +19,16 @@ from typing import TYPE_CHECKING as _TYPE_CHECKING
 import jax as _jax
 import jax.numpy as _jnp
 
-from heddle.ops import _array_api, _core, _creation, _formulas, _printing, _table, _ufunc
+from heddle.ops import (
+    _array_api,
+    _core,
+    _counting,
+    _creation,
+    _formulas,
+    _printing,
+    _table,
+    _ufunc,
+)
 from heddle.policy import promote_types as promote_types
 from heddle.policy import result_type as result_type
 from heddle.policy._rules import OpClass as _OpClass
@@ -98,6 +107,7 @@ def _build() -> dict:
         if name in names:
             _ufunc.attach(name, names[name], getattr(_jnp, name), names)
     names.update(_creation.CREATION)
+    names.update(_counting.COUNTING)
     names.update(_printing.PRINTING)
     return names
 

@@ -44,7 +44,10 @@ except ImportError:  # pragma: no cover - only while the cast module is being bu
 class Plan(enum.Enum):
     """How an op computes (POLICY.md 5)."""
 
-    UPCAST = "upcast"  # operands -> result dtype -> compute dtype (float32 for narrow floats); round once
+    # operands -> result dtype -> compute dtype (float32 for narrow floats); round once. For a
+    # selection the rounding is exact: it copies from the float32 copy, so its transpose (the
+    # scatter-add of a gather's cotangents, ...) sums in float32 under any jax.grad
+    UPCAST = "upcast"
     NATIVE = (
         "native"  # operands -> result dtype; the op runs there (comparisons, copies, integer ops)
     )
@@ -451,7 +454,9 @@ def _result_and_compute(spec: OpSpec, common: np.dtype, dtype_arg: Any, p: Polic
         result = dtype_arg
     else:
         result = _rules.result_dtype(spec.op_class, common, policy=p)
-    if spec.op_class in (OpClass.INDEX, OpClass.SELECTION):  # orders (max, argmax, sort)
+    if spec.op_class is OpClass.INDEX or (
+        spec.op_class is OpClass.SELECTION and spec.plan is not Plan.UPCAST
+    ):  # orders (argmax, sort) and copies: an exact widening only where JAX's order needs one
         return result, common, order_dtype(common), None
     if spec.op_class is OpClass.COMPARISON:
         return result, common, common, None

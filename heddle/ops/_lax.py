@@ -6,7 +6,12 @@ float32 ones at ``Precision.HIGHEST`` unless the active policy's ``float32_matmu
 otherwise; the result is the promotion (integer and bool: the accumulation dtype) or
 ``preferred_element_type`` when given, rounded once. Sums, products and their scans convert to the
 accumulation dtype first; ``reduce`` and ``reduce_window`` do so when their computation is an add or a
-multiply. Selections (max, min, cummax, cummin) copy values and pass through.
+multiply, and run a max or min of a narrow float on its exact float32 copy (so max-pooling's backward
+sums in float32). ``scatter_add``/``scatter_sub``/``scatter_mul`` combine their updates in the
+accumulation dtype; ``conv_general_dilated_local`` and ``conv_general_dilated_patches``, which have no
+accumulation dtype of their own, run on exactly widened operands. The other selections (reduce_max,
+reduce_min, cummax, cummin) copy values and pass through; collectives (``psum``) stay in the operand's
+dtype (``LAX_PASS`` says why).
 
 ``LAX`` classifies the names that have a policy version; every other name of ``jax.lax`` is
 re-exported unchanged by ``heddle.lax``.
@@ -129,9 +134,12 @@ def _accumulating(fn: Callable[..., Any], name: str, op_class: OpClass) -> Calla
     return op
 
 
+_MONOIDS = {"add": lax.add, "mul": lax.mul, "max": lax.max, "min": lax.min}
+
+
 @functools.lru_cache(maxsize=256)
 def _monoid_of(computation: Callable[..., Any], d: np.dtype) -> str | None:
-    """``"add"`` or ``"mul"`` when ``computation`` on two scalars of ``d`` is exactly that primitive."""
+    """The name of ``_MONOIDS`` that ``computation`` on two scalars of ``d`` exactly is, if any."""
     s = jax.ShapeDtypeStruct((), d)
     try:
         closed = jax.make_jaxpr(computation)(s, s)
@@ -141,7 +149,7 @@ def _monoid_of(computation: Callable[..., Any], d: np.dtype) -> str | None:
     if len(jaxpr.eqns) != 1 or len(jaxpr.outvars) != 1:
         return None
     eqn = jaxpr.eqns[0]
-    if eqn.primitive.name not in ("add", "mul") or set(eqn.invars) != set(jaxpr.invars):
+    if eqn.primitive.name not in _MONOIDS or set(eqn.invars) != set(jaxpr.invars):
         return None
     if eqn.outvars[0] is not jaxpr.outvars[0] or len(set(jaxpr.invars)) != 2:
         return None
@@ -149,7 +157,7 @@ def _monoid_of(computation: Callable[..., Any], d: np.dtype) -> str | None:
 
 
 def monoid(computation: Callable[..., Any], d: np.dtype) -> str | None:
-    """The accumulating monoid (``"add"``/``"mul"``) ``computation`` computes on ``d``, if any."""
+    """The monoid (``"add"``, ``"mul"``, ``"max"``, ``"min"``) ``computation`` computes on ``d``."""
     try:
         return _monoid_of(computation, d)
     except TypeError:  # an unhashable callable
@@ -165,8 +173,13 @@ def _generic_reduce(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
 
     One operand with one init value whose computation is ``add`` or ``mul`` (read from its jaxpr) is
     converted to the accumulation dtype with its init value; the result has the reduction's dtype
-    (a float keeps its dtype, integers and bool their accumulation dtype), rounded once. Anything
-    else (max, min, variadic reductions, other computations) is JAX's own call, unchanged.
+    (a float keeps its dtype, integers and bool their accumulation dtype), rounded once. A ``max`` or
+    ``min`` copies values: a narrow float runs on its exact float32 copy and the result is rounded
+    back (exactly), so the backward pass (``select_and_scatter_add`` of max-pooling, the tie counts
+    of ``reduce_max``) sums its cotangents in float32; integers keep their dtype. A concrete init
+    value stays a constant, so JAX differentiates the reduction (a traced init makes
+    ``reduce_window`` a primitive without a derivative). Anything else (variadic reductions, other
+    computations) is JAX's own call, unchanged.
     """
 
     sig = inspect.signature(fn)
@@ -184,12 +197,105 @@ def _generic_reduce(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
         kind = monoid(a[comp_name], d)
         if kind is None:
             return fn(*args, **kwargs)
-        result, acc = _rules.reduction_dtypes(d, None, p)
+        if kind in ("add", "mul"):
+            result, acc = _rules.reduction_dtypes(d, None, p)
+        else:  # a selection: the input dtype, computed on the exact wide copy of a narrow float
+            result, acc = d, compute_dtype(d, p)
         for x in {result, acc}:
             D.require_available(x, f"heddle.lax.{name}")
         a[operand_name] = cast(materialise(operands, d), acc)
-        a[init_name] = cast(materialise(init_values, d), acc)
-        a[comp_name] = lax.add if kind == "add" else lax.mul
+        a[init_name] = _init_as(init_values, d, acc)
+        a[comp_name] = _MONOIDS[kind]
+        out = fn(*bound.args, **bound.kwargs)
+        return out if out.dtype == result else cast(out, result)
+
+    return op
+
+
+def _init_as(value: Any, d: np.dtype, acc: np.dtype) -> Any:
+    """An init value of dtype ``d`` in ``acc``: a NumPy constant when it is concrete (so JAX sees the
+    monoid's identity and uses its differentiable reduction), else a converted array."""
+    v = materialise(value, d)
+    if isinstance(v, jax.core.Tracer):
+        return cast(v, acc)
+    try:
+        host = np.asarray(v)
+    except (TypeError, jax.errors.ConcretizationTypeError):
+        return cast(v, acc)
+    return host.astype(acc)  # exact: acc holds every value of d
+
+
+def _selection(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
+    """reduce_max / reduce_min: the input dtype, computed on the exact wide copy of a narrow float
+    (the rounding back is exact), so JAX's backward pass (tie counts, cotangent sums) is float32."""
+
+    @functools.wraps(fn)
+    def op(operand: Any, *args: Any, **kwargs: Any) -> jax.Array:
+        p = current()
+        d = _scalars.resolve((operand,), p)
+        comp = compute_dtype(d, p)
+        D.require_available(comp, f"heddle.lax.{name}")
+        out = fn(cast(materialise(operand, d), comp), *args, **kwargs)
+        return out if out.dtype == d else cast(out, d)
+
+    return op
+
+
+def _scatter(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
+    """scatter_add / scatter_sub / scatter_mul: operand and updates in acc_dtype, rounded once.
+
+    The result has the reduction dtype of the promotion of ``operand`` and ``updates`` (a float keeps
+    its dtype, integers and bool their accumulation dtype), as for a sum: every update to one slot is
+    combined in the accumulation dtype and the slot is rounded once.
+    """
+
+    @functools.wraps(fn)
+    def op(operand: Any, scatter_indices: Any, updates: Any, *args: Any, **kwargs: Any) -> Any:
+        p = current()
+        common = _scalars.resolve((operand, updates), p)
+        result, acc = _rules.reduction_dtypes(common, None, p)
+        for x in {result, acc}:
+            D.require_available(x, f"heddle.lax.{name}")
+        operand = cast(cast(materialise(operand, common), common), acc)
+        updates = cast(cast(materialise(updates, common), common), acc)
+        out = fn(operand, scatter_indices, updates, *args, **kwargs)
+        return out if out.dtype == result else cast(out, result)
+
+    return op
+
+
+def _widened(fn: Callable[..., Any], name: str, copies: bool) -> Callable[..., Any]:
+    """Entry points without an accumulation dtype of their own: the operands run in acc_dtype.
+
+    ``conv_general_dilated_local`` (a dot of extracted patches, with no ``preferred_element_type``):
+    both operands are converted to the promotion and then exactly to the accumulation dtype, float32
+    ones at the policy's float32 precision, the result rounded once. ``copies``:
+    ``conv_general_dilated_patches``, whose forward copies values: the input runs on its exact wide
+    copy and is rounded back exactly (to ``preferred_element_type`` if given), so its backward
+    convolution sums overlapping patches in float32.
+    """
+    sig = inspect.signature(fn)
+    names = ["lhs"] if copies else ["lhs", "rhs"]
+
+    @functools.wraps(fn)
+    def op(*args: Any, **kwargs: Any) -> jax.Array:
+        p = current()
+        bound = sig.bind(*args, **kwargs)
+        a = bound.arguments
+        common = _scalars.resolve(tuple(a[n] for n in names), p)
+        if copies:
+            want = a.get("preferred_element_type")
+            result = common if want is None else D.dtype(want)
+            acc = compute_dtype(common, p)
+            a["preferred_element_type"] = None if want is None else acc
+        else:
+            result, acc = _rules.reduction_dtypes(common, None, p)
+        for x in {result, acc}:
+            D.require_available(x, f"heddle.lax.{name}")
+        for n in names:
+            a[n] = cast(cast(materialise(a[n], common), common), acc)
+        if a.get("precision") is None and D.real_dtype(acc) == np.float32:
+            a["precision"] = _PRECISION.get(p.float32_matmul_precision)
         out = fn(*bound.args, **bound.kwargs)
         return out if out.dtype == result else cast(out, result)
 
@@ -210,15 +316,46 @@ LAX: dict[str, tuple[str, str]] = {
     "cumlogsumexp": ("float_only", "computed in float32 for narrow floats, rounded once"),
     "logistic": ("elementwise", "computed in float32 for narrow floats, rounded once"),
     **dict.fromkeys(
+        "reduce_max reduce_min".split(),
+        (
+            "selection",
+            "values copied bit-exactly from the exact float32 copy of a narrow float, so the "
+            "backward pass counts ties and sums cotangents in float32",
+        ),
+    ),
+    **dict.fromkeys(
         "reduce reduce_window".split(),
-        ("generic reduction", "acc_dtype when the computation is add or mul, else unchanged"),
+        (
+            "generic reduction",
+            "acc_dtype when the computation is add or mul; max and min on the exact float32 copy "
+            "of a narrow float (float32 cotangent sums); else unchanged",
+        ),
+    ),
+    **dict.fromkeys(
+        "scatter_add scatter_sub scatter_mul".split(),
+        ("scatter", "operand and updates in acc_dtype, each slot rounded once; integers acc_dtype"),
+    ),
+    "conv_general_dilated_local": (
+        "widened contraction",
+        "operands exactly in acc_dtype (no preferred_element_type), rounded once",
+    ),
+    "conv_general_dilated_patches": (
+        "widened copy",
+        "runs on the exact float32 copy of a narrow float and rounds back exactly, so the backward "
+        "convolution sums overlapping patches in float32",
     ),
 }
 
+_COLLECTIVE = (
+    "a collective sum across devices: it communicates and adds in the operand's dtype (a bfloat16 "
+    "psum is a bfloat16 sum over the devices). Widening it would double the traffic of every "
+    "gradient all-reduce, so heddle leaves the choice to the program: convert to float32 first "
+    "(hlax.psum(x.astype(jnp.float32), axis)) for a float32 sum; heddle.autodiff gradients are "
+    "float32 already (docs/differences.md)"
+)
+
 # Names of jax.lax that take a preferred_element_type or reduce, deliberately left as JAX's own.
 LAX_PASS: dict[str, str] = {
-    "reduce_max": "selection: values copied bit-exactly",
-    "reduce_min": "selection: values copied bit-exactly",
     "cummax": "selection: values copied bit-exactly",
     "cummin": "selection: values copied bit-exactly",
     "reduce_and": "bitwise/logical: exact in the input dtype",
@@ -227,13 +364,16 @@ LAX_PASS: dict[str, str] = {
     "reduce_precision": "an explicit rounding the user asks for",
     "argmax": "index_dtype is a required argument: the user chooses it",
     "argmin": "index_dtype is a required argument: the user chooses it",
-    "conv_general_dilated_patches": "extracts patches (a copy); its preferred_element_type is the "
-    "user's",
     "scaled_dot": "block-scaled (MX) contraction over quantised operands with its own scales; "
     "already accumulates in preferred_element_type",
     "DotAlgorithm": "a class describing dot algorithms",
-    "psum": "a collective: it communicates in the operand's dtype; widening it would double the "
-    "traffic, so the choice stays with the program",
+    "psum": _COLLECTIVE,
+    "pmean": _COLLECTIVE,
+    "psum_scatter": _COLLECTIVE,
+    "scatter": "overwrites: values copied bit-exactly",
+    "scatter_max": "selection: values copied bit-exactly",
+    "scatter_min": "selection: values copied bit-exactly",
+    "scatter_apply": "applies the user's own function; the ops inside it carry the policy",
 }
 
 
@@ -268,6 +408,12 @@ def build() -> dict[str, Any]:
             op = float_op(jfn, f"lax.{name}")
         elif kind == "float_only":
             op = _accumulating(jfn, name, OpClass.FLOAT_ONLY)
+        elif kind == "selection":
+            op = _selection(jfn, name)
+        elif kind == "scatter":
+            op = _scatter(jfn, name)
+        elif kind.startswith("widened"):
+            op = _widened(jfn, name, copies=kind == "widened copy")
         else:
             op = _generic_reduce(jfn, name)
         op.__doc__ = _doc(name, kind, how, jfn)

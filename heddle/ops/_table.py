@@ -110,13 +110,22 @@ OPS: dict[str, tuple[OpClass, Plan, tuple[int, ...] | str]] = {
         (IDX, NAT, FIRST),
     ),
     **dict.fromkeys("searchsorted digitize".split(), (IDX, NAT, FIRST_TWO)),
-    # order reductions: the input dtype, values copied (run on an exact widening where JAX's
-    # -inf/+inf starting value does not exist, see _core.order_dtype)
-    **dict.fromkeys("max min amax amin nanmax nanmin".split(), (S, NAT, FIRST)),
-    # copies that write values of their own: those promote with the array (no silent wrap)
-    "pad": (S, NAT, FIRST),  # and constant_values=, end_values= (VALUE_KWARGS)
-    "fill_diagonal": (S, NAT, FIRST_TWO),
-    **dict.fromkeys("insert put place put_along_axis".split(), (S, NAT, (0, 2))),
+    # selections whose transpose sums (a gather's repeated indices, ...): copied from the exact
+    # float32 copy of a narrow float and rounded back exactly, so the sum of their cotangents runs
+    # in float32 under any jax.grad (the convert's transpose widens the cotangent first); XLA fuses
+    # the conversions into the copy
+    **dict.fromkeys(
+        "take take_along_axis diagonal diag diagflat broadcast_to repeat tile resize max min amax "
+        "amin nanmax nanmin pad".split(),
+        (S, UP, FIRST),
+    ),
+    **dict.fromkeys("broadcast_arrays meshgrid".split(), (S, UP, "all")),
+    "compress": (S, UP, (1,)),
+    "extract": (S, UP, (1,)),
+    # copies that write values into an array: n-ary, so they promote (as append and concatenate);
+    # a scalar value is broadcast to its slots and its cotangents summed in float32
+    **dict.fromkeys("put place insert put_along_axis".split(), (S, UP, (0, 2))),
+    "fill_diagonal": (S, UP, FIRST_TWO),
 }
 
 # Value operands passed by name (or at a later position): they take part in promotion and are
@@ -160,6 +169,9 @@ NOT_VALUES: dict[str, str] = {
     "pad.pad_width": "integer widths, not values",
     "insert.obj": "integer positions, not values",
     "put.ind": "integer positions, not values",
+    "take.indices": "integer positions, not values",
+    "take_along_axis.indices": "integer positions, not values",
+    "repeat.repeats": "integer repeat counts, not values",
     "put_along_axis.indices": "integer positions, not values",
     "place.mask": "a bool mask choosing the elements, not a value",
     "ldexp.x2": "the integer exponent: ldexp(x, 3) is x * 2**3 in x's dtype",
@@ -172,18 +184,24 @@ NOT_VALUES: dict[str, str] = {
     "linalg.cross.axis": "the axis, an integer",
 }
 
+# Counting and index grids (heddle/ops/_counting.py: COUNTING) are neither ops nor pass-throughs.
+
 # Names with no dtype decision, each with the reason it passes through unchanged.
 PASS_REASONS = {
     "selection": (
-        "values are copied bit-exactly, the result has the input's dtype",
-        "sort partition take take_along_axis compress "
-        "extract reshape transpose flip fliplr flipud roll tile repeat squeeze expand_dims ravel "
-        "moveaxis swapaxes rollaxis rot90 matrix_transpose permute_dims broadcast_to broadcast_arrays "
-        "atleast_1d atleast_2d atleast_3d split array_split hsplit vsplit dsplit unstack diagonal "
-        "diag diagflat tril triu trim_zeros resize delete copy "
-        "choose piecewise block meshgrid unique unique_all unique_counts "
-        "unique_inverse unique_values union1d intersect1d setdiff1d setxor1d real imag "
+        "values are copied bit-exactly, each read into at most one output slot (so the backward "
+        "pass adds nothing), the result has the input's dtype",
+        "reshape transpose flip fliplr flipud roll squeeze expand_dims ravel "
+        "moveaxis swapaxes rollaxis rot90 matrix_transpose permute_dims "
+        "atleast_1d atleast_2d atleast_3d split array_split hsplit vsplit dsplit unstack "
+        "tril triu trim_zeros delete copy "
+        "piecewise block real imag "
         "bitwise_count packbits unpackbits ix_",
+    ),
+    "permutations": (
+        "values are copied bit-exactly and each input value lands in exactly one output slot, so "
+        "the backward scatter-add gives every slot one cotangent (no sum)",
+        "sort partition",
     ),
     "metadata": (
         "returns shapes, flags or dtype facts, not arrays",
@@ -194,12 +212,11 @@ PASS_REASONS = {
         "applies the user's own function; the ops inside it carry the policy",
         "vectorize apply_along_axis apply_over_axes frompyfunc fromfunction",
     ),
-    "index grids": (
-        "builds integer index arrays of the default int type",
-        "indices tril_indices triu_indices tril_indices_from triu_indices_from diag_indices "
-        "diag_indices_from mask_indices unravel_index ravel_multi_index bincount histogram "
-        "histogram2d histogramdd histogram_bin_edges tri",
+    "bin edges": (
+        "evenly spaced edges in the input's float dtype from its min and max (selections); no sum",
+        "histogram_bin_edges",
     ),
+    "masks": ("a 0/1 lower-triangular mask: no arithmetic", "tri"),
     "i/o": (
         "reads or writes files and buffers",
         "save savez load frombuffer fromfile fromiter fromstring from_dlpack",

@@ -206,3 +206,42 @@ def test_copying_ops_sum_their_cotangents_in_float32(op, transform):
     b = jnp.ones(1, BF16)
     g = transform(autodiff.grad(lambda b: hnp.sum(hnp.astype(copy(b), F32))))(b)
     assert g.dtype == F32 and float(g[0]) == n
+
+
+@pytest.mark.parametrize("op", ["max_pool", "take", "patches", "max_ties"])
+def test_summing_backward_passes_of_copies_are_float32_and_unrounded(op, transform):
+    """Copies whose backward pass sums many cotangents (max-pooling's select_and_scatter_add, a
+    gather's scatter-add, the convolution behind conv_general_dilated_patches, the tie count of
+    max): heddle.autodiff's gradient is the float32 sum itself, never rounded to bfloat16, and the
+    same values as jax.grad's float32 sum rounded once."""
+    from jax import lax
+
+    import heddle.lax as hlax
+
+    if op == "max_pool":
+        x = jnp.zeros(4097, BF16).at[2048].set(1)
+        f = lambda v: hlax.reduce_window(v, -jnp.inf, lax.max, (2049,), (1,), "VALID")
+        want = 2049 / 16  # 128.0625: one maximum under 2049 windows, cotangent 1/16 each
+        where = (2048,)
+    elif op == "take":
+        x = jnp.zeros((3, 4), BF16)
+        f = lambda v: hnp.take(v, jnp.zeros(4099, jnp.int32), axis=0)
+        want, where = 4099 / 16, (0, 0)
+    elif op == "patches":
+        x = jnp.zeros((1, 1, 24, 24), BF16)
+        f = lambda v: hlax.conv_general_dilated_patches(v, (9, 9), (1, 1), "VALID")
+        want, where = 9 * 9 / 16, (0, 0, 12, 12)  # the centre is in 9 * 9 patches
+    else:
+        x = jnp.ones(4099, BF16)
+        f = hnp.max
+        want, where = 16 / 4099, (0,)  # loss 16 * max: each tie gets 16/4099
+
+    def loss(v):
+        scale = 16.0 if op == "max_ties" else 0.0625
+        return hnp.sum(hnp.multiply(hnp.astype(f(v), F32), scale))
+
+    g = transform(autodiff.grad(loss))(x)
+    assert g.dtype == F32
+    assert float(g[where]) == float(np.float32(want))  # exact, or float32-rounded for max_ties
+    plain = transform(jax.grad(loss))(x)
+    assert plain.dtype == BF16 and float(plain[where]) == float(ml_dtypes.bfloat16(float(g[where])))

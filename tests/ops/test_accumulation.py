@@ -128,3 +128,161 @@ def test_a_narrower_preferred_element_type_still_accumulates_at_the_inputs_acc_d
         i = jnp.asarray([100, 100], jnp.int64)  # 20000 in int64, then wrapped to int8
         got = hnp.dot(i, i, preferred_element_type=jnp.int8)
         assert got.dtype == np.int8 and int(got) == 20000 - 78 * 256
+
+
+# --- selections whose backward pass sums, under plain jax.grad -------------------------------------
+
+BF16, F16 = ml_dtypes.bfloat16, np.float16
+
+
+@pytest.mark.parametrize(
+    "lookup",
+    [
+        lambda np_, t, i: np_.take(t, i, axis=0),
+        lambda np_, t, i: np_.take_along_axis(t, i[:, None] * 0 + i[:, None], axis=0),
+    ],
+    ids=["take", "take_along_axis"],
+)
+def test_repeated_lookups_sum_their_cotangents_in_float32_under_jax_grad(transform, lookup):
+    """10,000 lookups of one row, cotangent 1/16 each (every float32 partial sum exact: 625); JAX
+    scatter-adds the cotangents in bfloat16 and stops growing at 16."""
+    import jax
+
+    table = np.zeros((3, 4), BF16)
+    idx = np.zeros(10_000, np.int32)
+
+    def grad(np_):
+        loss = lambda t: (lookup(np_, t, idx).astype(np.float32) * 0.0625).sum()
+        return transform(jax.grad(loss))(table)
+
+    got = grad(hnp)
+    assert got.dtype == BF16
+    assert float(got[0, 0]) == _round_once(Fraction(10_000, 16), BF16) == 624.0
+    assert float(grad(jnp)[0, 0]) == 16.0  # 16 + 1/16 rounds back to 16 in bfloat16
+    # the forward values are jax.numpy's, bit for bit
+    t = np.arange(12).reshape(3, 4).astype(BF16) / BF16(3)
+    i = np.array([2, 0, 2, 1], np.int32)
+    assert lookup(hnp, t, i).tobytes() == lookup(jnp, t, i).tobytes()
+
+
+@pytest.mark.parametrize("name", ["max", "min", "amax", "nanmax", "nanmin"])
+def test_max_and_min_count_their_ties_in_float32_under_jax_grad(transform, name):
+    """257 tied maxima share the cotangent by a count: JAX counts in bfloat16 (256)."""
+    import jax
+
+    n = 257
+    x = np.full(n, 1.0, BF16)
+    g = transform(jax.grad(lambda v: getattr(hnp, name)(v).astype(np.float32)))(x)
+    assert g.dtype == BF16 and float(g[0]) == _round_once(Fraction(1, n), BF16)
+    theirs = transform(jax.grad(lambda v: getattr(jnp, name)(v).astype(np.float32)))(x)
+    assert float(theirs[0]) != _round_once(Fraction(1, n), BF16)
+
+
+@pytest.mark.parametrize("np_name", ["nanquantile", "quantile", "nanpercentile", "percentile"])
+def test_quantile_with_a_narrow_q_counts_in_float32(transform, np_name):
+    """jax.numpy's quantiles count the values in q's dtype: 257 values counted in bfloat16 are 256,
+    and the maximum (q = 1) becomes the value before it."""
+    x = np.r_[np.zeros(256), [1.0]].astype(BF16)
+    q = BF16(100 if "percentile" in np_name else 1.0)
+    got = transform(lambda v, q: getattr(hnp, np_name)(v, q))(x, q)
+    assert float(getattr(np, np_name)(x.astype(np.float64), float(q))) == 1.0  # float64: the max
+    assert got.dtype == BF16 and float(got) == 1.0
+    assert float(transform(lambda v, q: getattr(jnp, np_name)(v, q))(x, q)) == 0.0
+
+
+# --- counting ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [BF16, F16], ids=["bfloat16", "float16"])
+def test_unweighted_histogram_counts_in_float32(transform, dtype):
+    """12,000 values in 5 bins: every bin holds over 2048; JAX counts in the values' dtype and no
+    bin passes 256 (bfloat16) or 2048 (float16)."""
+    rng = np.random.default_rng(0)
+    x = rng.uniform(0, 1, 12_000).astype(dtype)
+    counts, edges = transform(lambda v: hnp.histogram(v, 5))(x)
+    assert counts.dtype == dtype and edges.dtype == dtype
+    assert edges.tobytes() == jnp.histogram(x, 5)[1].tobytes()  # JAX's edges
+    # float64 reference with the same edges (numpy's last bin is closed, as JAX's)
+    exact, _ = np.histogram(x.astype(np.float64), np.asarray(edges, np.float64))
+    assert exact.sum() == 12_000 and exact.min() > 2048
+    assert [float(c) for c in counts] == [_round_once(int(e), dtype) for e in exact]
+    assert set(np.asarray(jnp.histogram(x, 5)[0], np.float64)) <= {256.0, 2048.0}
+
+
+WEIGHT = 0.0625  # every float32 partial sum of up to 2**24 / 16 of them is exact
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda np_, v, w: np_.histogram(v, 3, weights=w)[0][0],
+        lambda np_, v, w: np_.histogram2d(v, v, 3, weights=w)[0][0, 0],
+        lambda np_, v, w: np_.histogramdd(v[:, None], 3, weights=w)[0][0],
+        lambda np_, v, w: np_.bincount(np.zeros(v.shape, np.int32), weights=w, length=1)[0],
+    ],
+    ids=["histogram", "histogram2d", "histogramdd", "bincount"],
+)
+def test_weighted_counts_accumulate_in_float32(transform, call):
+    n = 4002
+    x = np.r_[np.zeros(n - 2), [0.5, 1.0]].astype(BF16)
+    w = np.full(n, WEIGHT, BF16)
+    got = transform(lambda v, w: call(hnp, v, w))(x, w)
+    assert got.dtype == BF16
+    assert float(got) == _round_once(Fraction(n - 2, 16), BF16) == 250.0
+    assert float(transform(lambda v, w: call(jnp, v, w))(x, w)) < 64  # JAX sums in bfloat16
+
+
+def test_bincount_counts_and_integer_weights():
+    x = np.zeros(1000, np.int32)
+    got = hnp.bincount(x)
+    assert got.dtype == np.int32 and int(got[0]) == 1000
+    w8 = np.full(1000, 100, np.int8)
+    got = hnp.bincount(x, weights=w8)
+    assert got.dtype == np.int32 and int(got[0]) == 100_000  # int8 weights sum in int32
+
+
+def test_index_outputs_are_int32_under_x64():
+    """POLICY.md 4: index results are int32, also where JAX gives int64 under x64."""
+    import jax
+
+    with jax.enable_x64(True):
+        a = jnp.asarray([3, 1, 3, 2], jnp.int64)
+        values, index, inverse, counts = hnp.unique(
+            a, return_index=True, return_inverse=True, return_counts=True
+        )
+        assert values.dtype == np.int64  # values keep their dtype
+        assert [d.dtype for d in (index, inverse, counts)] == [np.int32] * 3
+        assert np.array_equal(np.asarray(counts), [1, 1, 2])
+        res = hnp.unique_all(a)
+        assert res.values.dtype == np.int64
+        assert [r.dtype for r in res[1:]] == [np.int32] * 3
+        assert hnp.bincount(a).dtype == np.int32
+        assert hnp.indices((2, 3)).dtype == np.int32
+        assert hnp.indices((2, 3), dtype=jnp.int64).dtype == np.int64  # an explicit dtype stays
+        assert [r.dtype for r in hnp.tril_indices(3)] == [np.int32] * 2
+        assert [r.dtype for r in hnp.triu_indices_from(jnp.zeros((3, 3)))] == [np.int32] * 2
+        assert [r.dtype for r in hnp.unravel_index(a, (4,))] == [np.int32]
+        # JAX's own answers, for contrast
+        assert jnp.bincount(a).dtype == np.int64 and jnp.indices((2, 3)).dtype == np.int64
+
+
+@pytest.mark.parametrize("mode", ["edge", "maximum", "mean"])
+def test_pad_modes_that_repeat_a_value_sum_its_cotangents_in_float32(transform, mode):
+    """pad(x, 2048, mode) of one value repeats it 4097 times; its gradient (cotangent 1/16 each) is
+    4097/16 = 256.0625, rounded once: 256. JAX's backward pass sums in a bfloat16 reduce (XLA:CPU
+    happens to widen that reduce, so on CPU the difference shows in the program, not the value)."""
+    import jax
+    from test_sweep import narrow_accumulations  # tests/ops is on sys.path
+
+    x = np.array([1.0], BF16)
+
+    def grad(np_):
+        loss = lambda v: (np_.pad(v, 2048, mode=mode).astype(np.float32) * 0.0625).sum()
+        return jax.grad(loss)
+
+    got = transform(grad(hnp))(x)
+    assert got.dtype == BF16 and float(got[0]) == _round_once(Fraction(4097, 16), BF16) == 256.0
+    assert narrow_accumulations(jax.make_jaxpr(grad(hnp))(x).jaxpr) == set()
+    assert narrow_accumulations(jax.make_jaxpr(grad(jnp))(x).jaxpr) == {"reduce_sum"}
+    v = np.arange(6).astype(BF16) / BF16(3)
+    assert hnp.pad(v, 3, mode=mode).tobytes() == jnp.pad(v, 3, mode=mode).tobytes()

@@ -118,9 +118,30 @@ def test_integer_sums_stay_int32_under_x64():
         assert jax.jit(lambda v: hlax.cumsum(v))(x).dtype == np.int32
 
 
-@pytest.mark.parametrize("name", ["reduce_max", "reduce_min", "cummax", "cummin"])
+@pytest.mark.parametrize("name", ["cummax", "cummin"])
 def test_selections_are_jax_own(name):
     assert getattr(hlax, name) is getattr(lax, name)
+
+
+@pytest.mark.parametrize(("dtype", "n"), [(BF16, 257), (F16, 2049)], ids=["bfloat16", "float16"])
+@pytest.mark.parametrize("name", ["reduce_max", "reduce_min"])
+def test_reduce_max_and_min_count_ties_in_float32(transform, dtype, n, name):
+    """The values are JAX's, bit for bit; the backward pass shares the cotangent among the n tied
+    maxima by a count that JAX keeps in the input dtype (n is not a bfloat16/float16 value)."""
+    rng = np.random.default_rng(3)
+    x = _exact_sum_inputs(1000, dtype, 2)
+    ours = transform(lambda v: getattr(hlax, name)(v, (0,)))(x)
+    theirs = transform(lambda v: getattr(lax, name)(v, (0,)))(x)
+    assert ours.dtype == dtype and ours.tobytes() == theirs.tobytes()
+    ties = np.full(n, rng.choice([-1.0, 1.0]), dtype)
+
+    def grad(fn):
+        return transform(jax.grad(lambda v: fn(v, (0,)).astype(F32)))(ties)
+
+    want = round_once(1.0 / n, dtype)  # each tie gets 1/n of the cotangent, rounded once
+    got = grad(getattr(hlax, name))
+    assert got.dtype == dtype and np.array_equal(np.asarray(got), np.full(n, want))
+    assert not np.array_equal(np.asarray(grad(getattr(lax, name))), np.full(n, want))
 
 
 # --- the generic reduce ----------------------------------------------------------------------------
@@ -180,6 +201,107 @@ def test_reduce_window_sum_pooling(transform):
     exact = x.astype(np.float64).reshape(4, 16, 4, 16).sum(axis=(1, 3))
     assert got.dtype == BF16
     assert np.array_equal(np.asarray(got).view(np.uint16), round_once(exact, BF16).view(np.uint16))
+
+
+def test_max_pooling_backward_sums_in_float32(transform):
+    """One maximum selected by 2049 overlapping windows: select_and_scatter_add adds the 2049
+    cotangents (0.0625 each, every float32 partial sum exact) and rounds once."""
+    x = np.zeros(4097, BF16)
+    x[2048] = 1
+
+    def grad(reduce_window):
+        pool = lambda v: reduce_window(v, -np.inf, lax.max, (2049,), (1,), "VALID")
+        return transform(jax.grad(lambda v: (pool(v).astype(F32) * 0.0625).sum()))(x)
+
+    got = grad(hlax.reduce_window)
+    assert got.dtype == BF16
+    assert float(got[2048]) == float(round_once(2049 * 0.0625, BF16)) == 128.0
+    assert np.count_nonzero(np.asarray(got)) == 1
+    assert float(grad(lax.reduce_window)[2048]) != 128.0  # JAX's sum in bfloat16
+    # the forward values are JAX's, bit for bit
+    v = _exact_sum_inputs(300, BF16, 8)
+    ours = transform(lambda t: hlax.reduce_window(t, -np.inf, lax.max, (7,), (2,), "VALID"))(v)
+    theirs = transform(lambda t: lax.reduce_window(t, -np.inf, lax.max, (7,), (2,), "VALID"))(v)
+    assert ours.dtype == BF16 and ours.tobytes() == theirs.tobytes()
+
+
+def test_heddle_autodiff_through_reduce_window():
+    """heddle.autodiff.grad through a sum-pool (it traces the init value, which made reduce_window
+    JAX's generic primitive, which has no reverse-mode derivative): the exact window counts."""
+    from heddle import autodiff
+
+    x = np.full((1, 1, 8, 8), 1.0, BF16)
+
+    def pool(comp, init):
+        return lambda v: hlax.reduce_window(v, init, comp, (1, 1, 3, 3), (1, 1, 1, 1), "VALID")
+
+    def f(v):
+        return pool(lax.add, 0.0)(v).astype(F32).sum()
+
+    for transform in (lambda g: g, jax.jit):
+        got = transform(autodiff.grad(f))(x)
+        # each element's gradient: the number of 3x3 windows (of a 6x6 grid) covering it
+        cover = np.array([min(i, 2, 7 - i, 5) + 1 for i in range(8)], np.float64)
+        assert got.dtype == F32
+        assert np.array_equal(np.asarray(got)[0, 0], np.outer(cover, cover))
+        assert np.array_equal(np.asarray(transform(jax.grad(f))(x), F32), np.asarray(got))
+    # a product-pool is JAX's generic reduce_window, which JAX cannot differentiate in reverse
+    # mode; heddle.autodiff raises JAX's own error
+    prod = pool(lax.mul, 1.0)
+    for grad in (jax.grad, autodiff.grad):
+        with pytest.raises(ValueError, match="Linearization failed"):
+            grad(lambda v: prod(v).astype(F32).sum())(x)
+
+
+# --- scatter accumulations -------------------------------------------------------------------------
+
+SCATTER_DN = lax.ScatterDimensionNumbers((), (0,), (0,))
+N_UPDATES = 4000
+
+
+@pytest.mark.parametrize("dtype", [BF16, F16], ids=["bfloat16", "float16"])
+@pytest.mark.parametrize("name", ["scatter_add", "scatter_sub"])
+def test_scatter_add_and_sub_round_the_exact_sum_once(transform, dtype, name):
+    """4000 updates of 1/16 into one slot: every float32 partial sum is exact (250)."""
+    idx = np.zeros((N_UPDATES, 1), np.int32)
+    upd = np.full(N_UPDATES, 0.0625, dtype)
+    base = np.array([0.5, 3.0], dtype)
+    sign = 1 if name == "scatter_add" else -1
+    got = transform(lambda b, u: getattr(hlax, name)(b, idx, u, SCATTER_DN))(base, upd)
+    assert got.dtype == dtype
+    assert float(got[0]) == float(round_once(0.5 + sign * N_UPDATES * 0.0625, dtype))
+    assert float(got[1]) == 3.0
+    theirs = transform(lambda b, u: getattr(lax, name)(b, idx, u, SCATTER_DN))(base, upd)
+    assert float(theirs[0]) != float(got[0])
+
+
+def test_scatter_mul_rounds_the_product_once(transform):
+    """200 factors 1 + 2**-7 into one slot: the float32 product is within 200 * 2**-24 (relative)
+    of the exact one, far from a bfloat16 rounding boundary, so it rounds to the exact product's
+    bfloat16 neighbour."""
+    from fractions import Fraction
+
+    n, f = 200, 1 + 2.0**-7
+    exact = Fraction(f) ** n
+    want = round_once(float(exact), BF16)
+    vals = np.sort(np.unique(np.asarray([want], np.float64)))
+    assert abs(float(exact) - float(vals[0])) > 0  # the reference is not itself a bfloat16 value
+    idx = np.zeros((n, 1), np.int32)
+    upd = np.full(n, f, BF16)
+    got = transform(lambda u: hlax.scatter_mul(np.ones(1, BF16), idx, u, SCATTER_DN))(upd)
+    assert got.dtype == BF16 and float(got[0]) == float(want)
+    theirs = transform(lambda u: lax.scatter_mul(np.ones(1, BF16), idx, u, SCATTER_DN))(upd)
+    assert float(theirs[0]) != float(want)
+
+
+def test_integer_scatter_add_returns_int32(transform):
+    idx = np.zeros((1000, 1), np.int32)
+    got = transform(lambda u: hlax.scatter_add(np.zeros(1, np.int8), idx, u, SCATTER_DN))(
+        np.ones(1000, np.int8)
+    )
+    assert got.dtype == np.int32 and int(got[0]) == 1000
+    theirs = lax.scatter_add(np.zeros(1, np.int8), idx, np.ones(1000, np.int8), SCATTER_DN)
+    assert int(theirs[0]) == 1000 - 1024  # JAX wraps in int8
 
 
 # --- contractions ----------------------------------------------------------------------------------
@@ -370,3 +492,100 @@ def test_ragged_dot(transform):
     i8 = np.full((6, 300), 100, np.int8), np.full((2, 300, 3), 100, np.int8)
     out = transform(lambda a, b, g: hlax.ragged_dot(a, b, g))(*i8, sizes)
     assert out.dtype == np.int32 and int(out[0, 0]) == 3_000_000
+
+
+# --- entry points without an accumulation dtype of their own ---------------------------------------
+
+
+def _narrow(f, *args):
+    from test_sweep import narrow_accumulations  # tests/ops is on sys.path
+
+    return narrow_accumulations(jax.make_jaxpr(f)(*args).jaxpr)
+
+
+def test_conv_general_dilated_local_accumulates_in_float32(transform):
+    """A 32x32 local filter (1024 terms): every partial sum is exact in float32, so the result is
+    the exact value rounded once; forward and backward contractions accumulate in float32."""
+    rng = np.random.default_rng(13)
+    lhs = (rng.integers(1, 16, (1, 1, 32, 32)) / 16).astype(BF16)
+    rhs = (rng.integers(1, 16, (1, 1024, 1, 1)) / 16).astype(BF16)
+    exact = (lhs.astype(np.float64).reshape(-1) * rhs.astype(np.float64).reshape(-1)).sum()
+
+    def local(a, b, fn=hlax.conv_general_dilated_local):
+        return fn(a, b, (1, 1), "VALID", (32, 32))
+
+    got = transform(local)(lhs, rhs)
+    assert got.dtype == BF16 and float(got.reshape(-1)[0]) == float(round_once(exact, BF16))
+    loss = lambda fn: lambda a, b: local(a, b, fn).astype(F32).sum()
+    backward = lambda fn: jax.grad(loss(fn), argnums=(0, 1))
+    assert _narrow(backward(hlax.conv_general_dilated_local), lhs, rhs) == set()
+    # JAX leaves the accumulation of bfloat16 operands to the backend, forward and backward
+    assert _narrow(backward(lax.conv_general_dilated_local), lhs, rhs) == {
+        "dot_general",
+        "conv_general_dilated",
+    }
+
+
+def test_conv_general_dilated_patches_copies_and_sums_its_backward_in_float32(transform):
+    x = _exact_sum_inputs(2 * 24 * 24, BF16, 14).reshape(1, 2, 24, 24)
+
+    def patches(v, fn=hlax.conv_general_dilated_patches):
+        return fn(v, (9, 9), (1, 1), "VALID")
+
+    ours = transform(patches)(x)
+    theirs = transform(lambda v: patches(v, lax.conv_general_dilated_patches))(x)
+    assert ours.dtype == BF16 and ours.tobytes() == theirs.tobytes()  # a copy, bit for bit
+
+    def grad(fn):
+        return jax.grad(lambda v: (patches(v, fn).astype(F32) * 0.0625).sum())
+
+    g = transform(grad(hlax.conv_general_dilated_patches))(x)
+    # an element at (i, j) is in (number of windows covering i) * (... j) patches
+    cover = np.array([min(i, 8, 23 - i, 15) + 1 for i in range(24)], np.float64)
+    want = round_once(np.outer(cover, cover) * 0.0625, BF16)
+    assert g.dtype == BF16 and np.array_equal(np.asarray(g)[0, 0], want)
+    assert _narrow(grad(hlax.conv_general_dilated_patches), x) == set()
+    assert _narrow(grad(lax.conv_general_dilated_patches), x) == {"conv_general_dilated"}
+
+
+def test_conv_general_dilated_patches_preferred_element_type(transform):
+    x = _exact_sum_inputs(64, BF16, 15).reshape(1, 1, 8, 8)
+    got = transform(
+        lambda v: hlax.conv_general_dilated_patches(
+            v, (2, 2), (1, 1), "VALID", preferred_element_type=np.float32
+        )
+    )(x)
+    theirs = lax.conv_general_dilated_patches(x, (2, 2), (1, 1), "VALID")
+    assert got.dtype == F32
+    assert np.array_equal(np.asarray(got), np.asarray(theirs).astype(F32))
+
+
+# --- collectives (8 host devices, in a subprocess) -------------------------------------------------
+
+
+def test_collectives_stay_in_the_operands_dtype_and_float32_is_one_conversion_away():
+    """psum/pmean/psum_scatter are JAX's own and add in the operand's dtype (the documented
+    bandwidth trade-off, heddle/ops/_lax.py LAX_PASS); converting to float32 first gives the exact
+    sum, and heddle.autodiff's float32 gradients all-reduce in float32."""
+    import json
+    import pathlib
+
+    script = pathlib.Path(__file__).with_name("_psum_devices.py")
+    env = dict(
+        os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu"
+    )
+    root = script.parents[2]
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), env.get("PYTHONPATH")]))
+    out = subprocess.run(
+        [sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert out.returncode == 0, out.stderr[-4000:]
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    assert r["devices"] == 8 and r["same_object"]
+    exact = 8 + 4 * 2.0**-7  # 8.03125: between the bfloat16 values 8 and 8.0625
+    assert r["narrow"][0] == "bfloat16" and r["narrow"][1] in (8.0, 8.0625)
+    assert r["mean"][0] == "bfloat16"
+    assert r["wide"] == ["float32", exact]
+    assert r["scattered"] == ["bfloat16", 8.0]
+    assert r["grad_sum"] == ["float32", exact]
+    assert r["plain_grad_sum"][0] == "bfloat16" and r["plain_grad_sum"][1] in (8.0, 8.0625)
