@@ -205,13 +205,42 @@ def _round_scalar(x: float | int, d: np.dtype) -> np.ndarray:
 
 
 def materialise(x: Any, d: np.dtype) -> Any:
-    """A Python scalar as a NumPy value of dtype ``d`` (rounded once); arrays unchanged."""
+    """A Python scalar (or a nested list/tuple of them: fill values) as a NumPy value of dtype ``d``,
+    each rounded once; arrays unchanged."""
     t = type(x)
     if t in _REPRESENTATIVE:
         if not x:  # 0.0 == -0.0 (and 0j == -0j): a cache would give one sign for both
             return _python_scalar_as.__wrapped__(x, t, d)
         return _python_scalar_as(x, t, d)
+    leaves = _fill_values(x)
+    if leaves is not None:
+        return np.asarray([materialise(v, d) for v in leaves], d).reshape(np.shape(x))
     return x
+
+
+_KINDS = (bool, int, float, complex)
+
+
+def _fill_values(x: Any) -> list[Any] | None:
+    """The Python scalars of a nested list/tuple made only of them, or None."""
+    if not isinstance(x, list | tuple):
+        return None
+    leaves: list[Any] = []
+
+    def walk(v: Any) -> bool:
+        if type(v) in _REPRESENTATIVE:
+            leaves.append(v)
+            return True
+        return isinstance(v, list | tuple) and all(map(walk, v))
+
+    return leaves if walk(x) and leaves else None
+
+
+def _fill_signature(x: Any) -> type | None:
+    """Fill values written by a copy (``pad(x, 1, constant_values=(0, 255))``) have no dtype, like
+    the Python scalars they are made of: the widest of their kinds, or None for other host data."""
+    leaves = _fill_values(x)
+    return None if leaves is None else max(map(type, leaves), key=_KINDS.index)
 
 
 def _signature(x: Any) -> Any:
@@ -578,7 +607,8 @@ def _check_scalars(operands: Sequence[Any], sigs: tuple, plan: tuple, p: Policy)
     common, typed = plan[0], plan[-1]
     for x, sig in zip(operands, sigs, strict=True):
         if isinstance(sig, type):
-            _range_checked(x, common, p, typed)
+            for value in _fill_values(x) or (x,):
+                _range_checked(value, common, p, typed)
         elif sig is not None and sig[1]:  # a weakly typed array: its known values, if any
             for value in _scalars._concrete(x):
                 _range_checked(value, common, p, typed)
@@ -686,6 +716,10 @@ def make_op(name: str, spec: OpSpec) -> Callable[..., Any]:
         dtype_arg = kwargs.pop(dtype_kw, None) if dtype_kw and kwargs else None
         operands, template = _split(spec, args, kwargs)
         sigs = tuple(map(_signature, operands))
+        if None in sigs and spec.op_class is OpClass.SELECTION:  # copies writing fill values
+            sigs = tuple(
+                _fill_signature(x) if s is None else s for x, s in zip(operands, sigs, strict=True)
+            )
         if None in sigs:  # nested lists and other host data: make them arrays first
             from heddle.ops._creation import asarray
 

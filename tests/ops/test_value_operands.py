@@ -412,6 +412,28 @@ def test_fill_values_keep_the_dtype_and_the_values():
     assert out.dtype == BF16 and np.asarray(out, np.float64).tolist() == [[3.0, 0.0], [0.0, 3.0]]
 
 
+@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
+def test_sequences_of_python_fill_values_take_the_arrays_dtype(jit):
+    """pad's per-edge constant_values written as Python numbers: no dtype of their own (as NumPy's and
+    JAX's pad), each rounded once and range-checked like a Python scalar."""
+    run = jax.jit if jit else (lambda f: f)
+    u8 = hnp.asarray([1, 2], dtype="uint8")
+    out = run(lambda x: hnp.pad(x, 1, constant_values=(0, 255)))(u8)
+    assert out.dtype == np.uint8 and np.asarray(out).tolist() == [0, 1, 2, 255]
+    out = run(lambda x: hnp.pad(x, 1, constant_values=((3, 4),)))(u8)
+    assert np.asarray(out).tolist() == [3, 1, 2, 4]
+    bf = hnp.asarray([1.0, 2.0], dtype="bfloat16")
+    out = run(lambda x: hnp.pad(x, 1, constant_values=(0.1, 1 + 2**-8 + 2**-30)))(bf)
+    assert out.dtype == BF16
+    # Fraction reference: 0.1 rounds to 0.10009765625; 1 + 2**-8 + 2**-30 (past the tie) to 1 + 2**-7
+    edges = [Fraction(float(v)) for v in np.asarray(out, np.float64)[[0, -1]]]
+    assert edges == [Fraction(205, 2048), 1 + Fraction(1, 128)]
+    with pytest.raises(ScalarRangeError, match="uint8"):
+        hnp.pad(u8, 1, constant_values=(0, 256))
+    fixed = hnp.pad(hnp.astype(u8, "int16"), 1, constant_values=(0, 256))  # the message's fix
+    assert fixed.dtype == np.int16 and np.asarray(fixed).tolist() == [0, 1, 2, 256]
+
+
 @pytest.mark.parametrize("src", ["float32", "bfloat16"])
 def test_widening_to_float64_keeps_the_nan_payload(src):
     """float32/bfloat16 -> float64 (computed from bits): sign and payload kept, quiet, as NumPy."""
