@@ -17,8 +17,8 @@ initial weights and the same batches:
 A regime is data (``Regime``: a precision, loss scaling or not); a *run* is a regime with a
 backend (``BACKENDS``: heddle's namespaces, or plain ``jax.numpy``/``jax.nn``/
 ``jax.value_and_grad``), and each model's runs are a tuple of ``(regime, backend)`` pairs
-(``MODELS[name].runs``): a run of the unchanged jax.numpy model under ``heddle.autocast`` is the
-pair ``("bf16", "autocast")``. The model code is one function of the namespace, the same text for
+(``MODELS[name].runs``); the ``char`` model also runs the unchanged jax.numpy model under
+``heddle.autocast`` (the pair ``("bf16", "autocast")``). The model code is one function of the namespace, the same text for
 every backend. Steps run in ``jax.lax.scan`` chunks; the first chunk of every run is its warm-up
 and is not timed.
 
@@ -437,6 +437,7 @@ MODELS: dict[str, Model] = {
             ("float32", "jax"),
             ("bf16", "jax"),
             ("bf16", "heddle"),
+            ("bf16", "autocast"),
             ("f16", "jax"),
             ("f16", "heddle"),
             ("f16-scaled", "jax"),
