@@ -10,8 +10,10 @@ multiply, and run a max or min of a narrow float on its exact float32 copy (so m
 sums in float32). ``scatter_add``/``scatter_sub``/``scatter_mul`` combine their updates in the
 accumulation dtype; ``conv_general_dilated_local`` and ``conv_general_dilated_patches``, which have no
 accumulation dtype of their own, run on exactly widened operands. The other selections (reduce_max,
-reduce_min, cummax, cummin) copy values and pass through; collectives (``psum``) stay in the operand's
-dtype (``LAX_PASS`` says why).
+reduce_min, cummax, cummin) copy values and pass through. The collective sums (``psum``, ``pmean``,
+``psum_scatter``) add each leaf across devices in its accumulation dtype and round once, as
+``heddle.autocast`` does: a bfloat16 payload travels as float32 (twice the bytes; ``jax.lax.psum``
+itself is the narrow all-reduce, which the audit reports).
 
 ``LAX`` classifies the names that have a policy version; every other name of ``jax.lax`` is
 re-exported unchanged by ``heddle.lax``.
@@ -130,6 +132,34 @@ def _accumulating(fn: Callable[..., Any], name: str, op_class: OpClass) -> Calla
         x = cast(cast(materialise(operand, d), first), comp)
         out = fn(x, *args, **kwargs)
         return out if out.dtype == result else cast(out, result)
+
+    return op
+
+
+def _collective(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
+    """psum / pmean / psum_scatter: every leaf of the pytree summed across devices in its
+    accumulation dtype (one collective for the whole tree), rounded once to its result dtype."""
+
+    @functools.wraps(fn)
+    def op(x: Any, *args: Any, **kwargs: Any) -> Any:
+        p = current()
+        leaves, tree = jax.tree.flatten(x)
+        plans = []
+        for leaf in leaves:
+            d = _scalars.resolve((leaf,), p)
+            result, acc = _rules.reduction_dtypes(d, None, p)
+            for t in {result, acc}:
+                D.require_available(t, f"heddle.lax.{name}")
+            plans.append((d, result, acc))
+        wide = [
+            cast(cast(materialise(v, d), d), acc)
+            for v, (d, _, acc) in zip(leaves, plans, strict=True)
+        ]
+        out = jax.tree.leaves(fn(jax.tree.unflatten(tree, wide), *args, **kwargs))
+        return jax.tree.unflatten(
+            tree,
+            [o if o.dtype == r else cast(o, r) for o, (_, r, _) in zip(out, plans, strict=True)],
+        )
 
     return op
 
@@ -335,6 +365,14 @@ LAX: dict[str, tuple[str, str]] = {
         "scatter_add scatter_sub scatter_mul".split(),
         ("scatter", "operand and updates in acc_dtype, each slot rounded once; integers acc_dtype"),
     ),
+    **dict.fromkeys(
+        "psum pmean psum_scatter".split(),
+        (
+            "collective",
+            "each leaf summed across devices in acc_dtype (a narrow float travels as float32), "
+            "rounded once; integers return acc_dtype",
+        ),
+    ),
     "conv_general_dilated_local": (
         "widened contraction",
         "operands exactly in acc_dtype (no preferred_element_type), rounded once",
@@ -346,13 +384,6 @@ LAX: dict[str, tuple[str, str]] = {
     ),
 }
 
-_COLLECTIVE = (
-    "a collective sum across devices: it communicates and adds in the operand's dtype (a bfloat16 "
-    "psum is a bfloat16 sum over the devices). Widening it would double the traffic of every "
-    "gradient all-reduce, so heddle leaves the choice to the program: convert to float32 first "
-    "(hlax.psum(x.astype(jnp.float32), axis)) for a float32 sum; heddle.autodiff gradients are "
-    "float32 already (docs/differences.md)"
-)
 
 # Names of jax.lax that take a preferred_element_type or reduce, deliberately left as JAX's own.
 LAX_PASS: dict[str, str] = {
@@ -367,9 +398,6 @@ LAX_PASS: dict[str, str] = {
     "scaled_dot": "block-scaled (MX) contraction over quantised operands with its own scales; "
     "already accumulates in preferred_element_type",
     "DotAlgorithm": "a class describing dot algorithms",
-    "psum": _COLLECTIVE,
-    "pmean": _COLLECTIVE,
-    "psum_scatter": _COLLECTIVE,
     "scatter": "overwrites: values copied bit-exactly",
     "scatter_max": "selection: values copied bit-exactly",
     "scatter_min": "selection: values copied bit-exactly",
@@ -412,6 +440,8 @@ def build() -> dict[str, Any]:
             op = _selection(jfn, name)
         elif kind == "scatter":
             op = _scatter(jfn, name)
+        elif kind == "collective":
+            op = _collective(jfn, name)
         elif kind.startswith("widened"):
             op = _widened(jfn, name, copies=kind == "widened copy")
         else:

@@ -29,7 +29,9 @@ def main() -> None:
     def on_devices(fn):
         return jax.jit(jax.shard_map(fn, mesh=mesh, in_specs=P("i"), out_specs=P()))
 
-    narrow = on_devices(lambda v: hlax.psum(v, "i"))(x)
+    summed = on_devices(lambda v: hlax.psum(v, "i"))(x)
+    narrow = on_devices(lambda v: jax.lax.psum(v, "i"))(x)
+    tree = on_devices(lambda v: hlax.psum({"a": v, "b": (v.astype(F32), 2 * v)}, "i"))(x)
     mean = on_devices(lambda v: hlax.pmean(v, "i"))(x)
     wide = on_devices(lambda v: hlax.psum(v.astype(F32), "i"))(x)
     scattered = jax.jit(
@@ -55,8 +57,9 @@ def main() -> None:
         json.dumps(
             {
                 "devices": len(jax.devices()),
-                "same_object": hlax.psum is jax.lax.psum and hlax.pmean is jax.lax.pmean,
+                "summed": [str(summed.dtype), float(np.asarray(summed)[0])],
                 "narrow": [str(narrow.dtype), float(np.asarray(narrow)[0])],
+                "tree": [[str(v.dtype), float(np.asarray(v)[0])] for v in jax.tree.leaves(tree)],
                 "mean": [str(mean.dtype), float(np.asarray(mean)[0])],
                 "wide": [str(wide.dtype), float(np.asarray(wide)[0])],
                 "scattered": [str(scattered.dtype), float(np.asarray(scattered)[0])],

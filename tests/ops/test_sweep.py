@@ -536,8 +536,8 @@ _PRIMITIVE = (
     "float32 copy (docs/differences.md)"
 )
 _COLLECTIVE = (
-    "a collective sum communicates in the operand's dtype; heddle leaves it narrow to keep the "
-    "all-reduce traffic at the operand's width (heddle/ops/_lax.py LAX_PASS, docs/differences.md)"
+    "JAX's all_gather, re-exported: its transpose is a narrow psum_scatter; heddle.lax.psum_scatter "
+    "is the float32 one (docs/ops.md)"
 )
 _SA = frozenset({"scatter-add"})
 _RS = frozenset({"reduce_sum"})
@@ -554,8 +554,17 @@ ALLOWED: dict[tuple[str, str], tuple[frozenset[str], str]] = {
         ("lax", n): (_SA, _PRIMITIVE)
         for n in "gather index_take scatter scatter_max scatter_min".split()
     },
-    **{("lax", n): (frozenset({"psum", "reduce_sum"}), _COLLECTIVE) for n in ("psum", "pmean")},
-    **{("lax", n): (_RS, _COLLECTIVE) for n in ("psum_scatter", "all_gather")},
+    ("lax", "all_gather"): (_RS, _COLLECTIVE),
+    **{
+        ("lax", n): (
+            _RS,
+            "traced under vmap's named axis, JAX's batching rule broadcasts the float32-summed, "
+            "rounded result back over the axis; the transpose of that broadcast sums the bfloat16 "
+            "cotangents (a vmap artifact: the sum across devices itself is float32, tested on 8 "
+            "devices in test_lax.py)",
+        )
+        for n in ("psum", "pmean")
+    },
 }
 
 
