@@ -296,6 +296,10 @@ def plot(results: Sequence[Any], path: str, title: str = "", dpi: int = 100) -> 
     return os.path.abspath(path)
 
 
+BACKEND_NAMES = ("heddle", "autocast", "jax")
+"""The keys of ``heddle.demo.BACKENDS`` (named here so that ``--help`` does not import JAX)."""
+
+
 def _select(model: Any, regimes: str | None, backends: str) -> tuple[list, str | None]:
     """The runs the options select, or ``([], error)``."""
     names = list(model.regimes) if regimes is None else [r.strip() for r in regimes.split(",")]
@@ -307,12 +311,12 @@ def _select(model: Any, regimes: str | None, backends: str) -> tuple[list, str |
             f"{', '.join(unknown) or '(none)'}. Use a comma-separated list of: "
             f"{','.join(model.regimes)}"
         )
-    runs = [(r, b) for r, b in model.runs if r in names and backends in ("both", b)]
+    runs = [(r, b) for r, b in model.runs if r in names and backends in ("all", "both", b)]
     if not runs:
         made = ",".join(sorted({b for r, b in model.runs if r in names}))
         return [], (
             f"demo --model {model.name} --regimes {regimes!r} --backends {backends}: no run of "
-            f"these regimes uses that backend. Use --backends both (they run with: {made})"
+            f"these regimes uses that backend. Use --backends all (they run with: {made})"
         )
     return runs, None
 
@@ -445,9 +449,10 @@ def add_demo_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--backends",
-        choices=("both", "heddle", "jax"),
-        default="both",
-        help="run with heddle, with plain jax.numpy, or both",
+        choices=("all", "both", *BACKEND_NAMES),
+        default="all",
+        help="run with one backend only (heddle's namespaces, heddle.autocast on the jax.numpy "
+        "model, plain jax.numpy), or all of them (default; 'both' is the same)",
     )
     p.set_defaults(run=run)
     return p

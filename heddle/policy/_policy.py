@@ -260,17 +260,36 @@ def _sync(p: Policy | None) -> None:
         _JIT_KEY._obj.set_local(p)
 
 
+try:  # whether JAX is staging a program out (jax.jit, make_jaxpr, eval_shape): its trace is cached
+    from jax._src.core import trace_ctx as _trace_ctx
+    from jax._src.interpreters.partial_eval import DynamicJaxprTrace as _Staging
+
+    def _staging() -> bool:
+        return isinstance(_trace_ctx.trace, _Staging)
+
+except ImportError:  # pragma: no cover - a JAX without these internals: tasks' keys may go stale
+
+    def _staging() -> bool:
+        return False
+
+
 def current() -> Policy:
     """The active policy of this thread or asyncio task (``HEDDLE`` unless inside ``use``).
+
+    Inside a program that ``jax.jit`` is tracing, it is the policy the trace will be cached under
+    (the one ``jax.jit`` read for its cache key), so a cached trace always matches its key.
 
     Examples:
       >>> from heddle import policy
       >>> policy.current().name
       'heddle'
     """
-    stack = _OPEN.get()
-    p = stack[-1][0] if stack else None
-    _sync(p)
+    if _staging():
+        p = _JIT_KEY.value
+    else:
+        stack = _OPEN.get()
+        p = stack[-1][0] if stack else None
+        _sync(p)
     return HEDDLE if p is None else p
 
 

@@ -10,6 +10,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from heddle.policy._errors import message
 from heddle.policy._policy import Policy, current, use
 from heddle.policy._precision import Precision
 from heddle.programs._evaluate import Evaluator
@@ -65,6 +66,8 @@ def autocast(
       The transformed function (or a decorator, when ``fn`` is omitted).
 
     Raises:
+      TypeError: ``fn`` is not callable, or ``policy`` is not a ``Policy``.
+      UnknownDTypeError: ``precision`` names no precision preset or dtype.
       Exception: whatever ``fn`` raises while being traced.
 
     Examples:
@@ -76,8 +79,24 @@ def autocast(
       >>> heddle.autocast(lambda a: a @ a)(x).dtype
       dtype(bfloat16)
     """
+    if policy is not None and not isinstance(policy, Policy):
+        raise TypeError(
+            message(
+                f"autocast(..., policy={policy!r})",
+                "policy takes a heddle.policy.Policy (a dtype belongs in precision=)",
+                "Pass e.g. policy=heddle.policy.HEDDLE, or precision='mixed_bfloat16'.",
+            )
+        )
     if fn is None:
         return functools.partial(autocast, policy=policy, precision=precision)
+    if not callable(fn):
+        raise TypeError(
+            message(
+                f"autocast({fn!r})",
+                "it transforms a function, and this is not callable",
+                "Pass the function itself: heddle.autocast(loss), or use @heddle.autocast.",
+            )
+        )
     prec = None if precision is None else Precision.parse(precision)
 
     @functools.wraps(fn)

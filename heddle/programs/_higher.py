@@ -102,10 +102,10 @@ def _jit(ev: Any, frame: Frame, eqn: Any) -> None:
     p = eqn.params
     plain = _unspecified(p["in_shardings"]) and _unspecified(p["out_shardings"])
     plain = plain and all(lay is None for lay in (*p["in_layouts"], *p["out_layouts"]))
-    if plain and not ev.eager:  # traced: inline, so the rewrite sees across the call
+    if plain:  # inline, so the rewrite sees across the call (one rounding per library call),
+        # eagerly as under an outer jit: a nested jit is not a rounding boundary
         _inline(ev, frame, eqn, p["jaxpr"])
         return
-    # eagerly the jitted function stays one kernel (fused as JAX compiles it), as in heddle.numpy
     params = dict(p, jaxpr=_retraced_jit_body(ev, p["jaxpr"]))
     _write_outs(frame, eqn, eqn.primitive.bind(*map(frame.read, eqn.invars), **params))
 

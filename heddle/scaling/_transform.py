@@ -106,7 +106,11 @@ def _count(x: Any, what: str, fix: str) -> Any:
     except TypeError:
         raise TypeError(message(asked, f"{what} must be an int", fix)) from None
     if not 1 <= v <= _I32_MAX:
-        raise ValueError(message(asked, f"{what} must be at least 1", fix))
+        raise ValueError(
+            message(
+                asked, f"{what} must be at least 1 and at most {_I32_MAX} (an int32 count)", fix
+            )
+        )
     return v
 
 

@@ -182,3 +182,22 @@ def test_many_default_dtypes_blocks_do_not_grow_an_ops_caches(n):
             add(x, 1.0)
     after = [len(v) for v in cells.values() if isinstance(v, dict)]
     assert after == sizes
+
+
+def test_a_trace_is_cached_under_the_policy_it_was_made_with():
+    """jax.jit's cache key is per thread; a context switch without a block boundary (a copied
+    context, an asyncio task) may leave it on another policy. A trace then follows the key it is
+    cached under, so a later call with that key never reuses a trace made under another policy."""
+    import contextvars
+
+    @jax.jit
+    def h():
+        return hnp.asarray(1.5)
+
+    with policy.default_dtypes(float="bfloat16"):
+        ctx = contextvars.copy_context()
+    ctx.run(h)  # a context whose policy differs from the thread's jit key at the call
+    assert [h().dtype for _ in range(3)] == [F32] * 3
+    with policy.default_dtypes(float="bfloat16"):
+        assert h().dtype == BF16
+    assert h().dtype == F32

@@ -272,3 +272,55 @@ def test_an_unknown_primitive_passes_through():
     )
     report = heddle.audit(f, X)
     assert report.counts["unclassified_primitive"] == 1
+
+
+# --- constants, complex parts and bad arguments -----------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["eager", "jit"])
+def test_constant_arrays_are_narrowed_whatever_their_size(mode):
+    run = jax.jit if mode == "jit" else (lambda f: f)
+    scale = np.array([1.0, 2.0, 3.0, 1 + 2**-8 + 2**-30])  # float64 host data, the last past a tie
+    f = run(autocast(lambda x: x * jnp.asarray(scale, F32).astype(BF16)))
+    got = np.asarray(f(jnp.ones(4, BF16)), np.float64)
+    # the program asks for float32 first: 1 + 2**-8 + 2**-30 rounds to 1 + 2**-8 there (2**-30 is
+    # under float32's half ulp), exactly bfloat16's tie between 1 and 1 + 2**-7: to even, 1.0
+    assert got.tolist() == [1.0, 2.0, 3.0, 1.0]
+    h = run(autocast(lambda c: c.astype(F16)))
+    assert np.asarray(h(np.arange(3, dtype=np.float32))).tolist() == [0.0, 1.0, 2.0]
+
+
+def test_complex_to_real_keeps_the_real_part_as_jax_does():
+    c = jnp.asarray([1 + 2j, 3 - 4j], jnp.complex64)
+    with pytest.warns(np.exceptions.ComplexWarning):  # as plain JAX warns
+        plain = jax.lax.convert_element_type(c, F32)
+    with pytest.warns(np.exceptions.ComplexWarning):
+        out = autocast(lambda z: jax.lax.convert_element_type(z, F32))(c)
+    assert np.asarray(plain).tolist() == [1.0, 3.0]
+    assert out.dtype == F32 and np.asarray(out).tolist() == [1.0, 3.0]
+
+
+def test_bad_arguments_are_refused_when_wrapping_with_the_fix():
+    with pytest.raises(TypeError, match=r"autocast\(3\).*not callable.*heddle.autocast\(loss\)"):
+        autocast(3)
+    assert autocast(lambda x: x + 1)(jnp.ones(2, BF16)).dtype == BF16  # the fix: a function
+    with pytest.raises(TypeError, match=r"policy takes a heddle.policy.Policy.*precision="):
+        autocast(lambda x: x, policy="bfloat16")
+    out = autocast(lambda x: x.sum(), precision="mixed_bfloat16")(jnp.ones(4, F32))  # the fix
+    assert out.dtype == F32 and float(out) == 4.0
+
+
+def test_eager_calls_round_once_per_library_call_like_jit():
+    """A jitted library function calling another (jnp.std -> jnp.var) rounds once, at its output,
+    eagerly as under jit and as heddle.numpy.std (reference: float64, rounded once)."""
+    import heddle.numpy as hnp
+
+    x = (jax.random.normal(jax.random.key(0), (16, 256)) * 3).astype(BF16)
+    eager = autocast(lambda v: jnp.std(v, axis=1))(x)
+    jitted = jax.jit(autocast(lambda v: jnp.std(v, axis=1)))(x)
+    assert np.array_equal(np.asarray(eager), np.asarray(jitted))
+    assert np.array_equal(np.asarray(eager), np.asarray(hnp.std(x, axis=1)))
+    ref = np.asarray(x, np.float64).std(axis=1)
+    err = np.abs(np.asarray(eager, np.float64) - ref)
+    half_ulp = 2.0 ** (np.floor(np.log2(ref)) - 8)  # bfloat16: 8 significant bits
+    assert np.all(err <= half_ulp * 1.001)

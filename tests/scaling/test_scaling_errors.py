@@ -27,6 +27,7 @@ BAD_CONSTRUCTION = [
     ({"growth_interval": True}, TypeError, "growth_interval must be an int", {"growth_interval": 2000}),
     ({"growth_interval": 0}, ValueError, "growth_interval must be at least 1", {"growth_interval": 2000}),
     ({"hysteresis": 0}, ValueError, "hysteresis must be at least 1", {"hysteresis": 1}),
+    ({"growth_interval": 2**31}, ValueError, "at most 2147483647 (an int32 count)", {"growth_interval": 2000}),
     ({"hysteresis": 1.0}, TypeError, "hysteresis must be an int", {"hysteresis": 1}),
     # numbers float32 (the dtype of the scale) cannot hold: inf or 0 once applied
     ({"max_scale": 1e39}, ValueError, "max_scale must be a number that float32 holds", {"max_scale": 2.0**24}),
