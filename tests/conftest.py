@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
 import jax
 import pytest
 
@@ -16,3 +22,31 @@ def _strict_jax_promotion():
 def transform(request):
     """Runs a function eagerly and under ``jax.jit`` (weak types differ between the two)."""
     return (lambda f: f) if request.param == "eager" else jax.jit
+
+
+def run_on_8_devices(script: pathlib.Path, *args: str, timeout: int = 900) -> dict:
+    """Runs ``script`` in a fresh Python with 8 host CPU devices; returns its last stdout line as JSON.
+
+    Multi-device checks need ``XLA_FLAGS`` set before JAX starts, hence the subprocess. The repository
+    root goes first on ``PYTHONPATH`` so that the script imports this checkout's heddle.
+    """
+    env = dict(
+        os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu"
+    )
+    root = pathlib.Path(__file__).parents[1]
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), env.get("PYTHONPATH")]))
+    out = subprocess.run(
+        [sys.executable, str(script), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert out.returncode == 0, out.stderr[-4000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="session")
+def on_8_devices():
+    """``run_on_8_devices``, for tests: ``on_8_devices(path_of_script, *args)``."""
+    return run_on_8_devices

@@ -563,24 +563,13 @@ def test_conv_general_dilated_patches_preferred_element_type(transform):
 # --- collectives (8 host devices, in a subprocess) -------------------------------------------------
 
 
-def test_collectives_sum_across_devices_in_float32_and_round_once():
+def test_collectives_sum_across_devices_in_float32_and_round_once(on_8_devices):
     """heddle.lax.psum/pmean/psum_scatter add a bfloat16 leaf across 8 devices in float32 and round
     once (POLICY.md 5; jax.lax.psum adds in bfloat16), leaf by leaf over a pytree; heddle.autodiff's
     float32 gradients all-reduce in float32."""
-    import json
     import pathlib
 
-    script = pathlib.Path(__file__).with_name("_psum_devices.py")
-    env = dict(
-        os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu"
-    )
-    root = script.parents[2]
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), env.get("PYTHONPATH")]))
-    out = subprocess.run(
-        [sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=600
-    )
-    assert out.returncode == 0, out.stderr[-4000:]
-    r = json.loads(out.stdout.strip().splitlines()[-1])
+    r = on_8_devices(pathlib.Path(__file__).with_name("_psum_devices.py"))
     assert r["devices"] == 8
     exact = 8 + 4 * 2.0**-7  # 8.03125: between the bfloat16 values 8 and 8.0625, nearer 8
     assert r["summed"] == ["bfloat16", 8.0]  # the exact sum rounded once

@@ -7,33 +7,16 @@ blocks straddle devices is refused with a ``FormatError`` whose reshard, run, gi
 
 from __future__ import annotations
 
-import json
-import os
 import pathlib
-import subprocess
-import sys
 
 import pytest
 
 SCRIPT = pathlib.Path(__file__).with_name("_quant_sharded.py")
 
 
-def _run(*args: str) -> dict:
-    env = dict(
-        os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu"
-    )
-    root = SCRIPT.parents[2]
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), env.get("PYTHONPATH")]))
-    out = subprocess.run(
-        [sys.executable, str(SCRIPT), *args], env=env, capture_output=True, text=True, timeout=900
-    )
-    assert out.returncode == 0, out.stderr[-4000:]
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
 @pytest.fixture(scope="module")
-def observed():
-    return _run()
+def observed(on_8_devices):
+    return on_8_devices(SCRIPT)
 
 
 def _check_sweep(cases: dict) -> None:
@@ -89,5 +72,5 @@ def test_shard_map_with_its_defaults(observed):
 
 
 @pytest.mark.slow
-def test_every_format_and_layout_sharded():
-    _check_sweep(_run("full")["sweep"])
+def test_every_format_and_layout_sharded(on_8_devices):
+    _check_sweep(on_8_devices(SCRIPT, "full")["sweep"])

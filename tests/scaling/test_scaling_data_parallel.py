@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-import json
-import os
 import pathlib
-import subprocess
-import sys
 
 import pytest
 
@@ -14,17 +10,8 @@ SCRIPT = pathlib.Path(__file__).with_name("_scaling_data_parallel.py")
 
 
 @pytest.fixture(scope="module")
-def observed():
-    env = dict(
-        os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu"
-    )
-    root = SCRIPT.parents[2]
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), env.get("PYTHONPATH")]))
-    out = subprocess.run(
-        [sys.executable, str(SCRIPT)], env=env, capture_output=True, text=True, timeout=600
-    )
-    assert out.returncode == 0, out.stderr[-4000:]
-    return json.loads(out.stdout.strip().splitlines()[-1])
+def observed(on_8_devices):
+    return on_8_devices(SCRIPT)
 
 
 def test_sharded_arrays_under_jit_skip_everywhere(observed):
