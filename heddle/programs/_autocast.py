@@ -122,8 +122,13 @@ def _call(fn: Callable[..., Any], p: Policy, args: tuple, kwargs: dict[str, Any]
             full[i] = v
         a, k = jax.tree.unflatten(treedef, full)
         outs, tree = jax.tree.flatten(fn(*a, **k))
-        out_tree.append(tree)
-        return outs
+        # leaves that are not JAX values (a string tag, a Python number the function returns as it
+        # is) come back unchanged, as from the plain function
+        static = {
+            i: o for i, o in enumerate(outs) if not isinstance(o, jax.Array | jax.core.Tracer)
+        }
+        out_tree.append((tree, static, len(outs)))
+        return [o for i, o in enumerate(outs) if i not in static]
 
     values = [leaves[i] for i in dynamic]
     closed = jax.make_jaxpr(flat)(*values)
@@ -135,5 +140,8 @@ def _call(fn: Callable[..., Any], p: Policy, args: tuple, kwargs: dict[str, Any]
     for v, x in zip(jaxpr.invars, values, strict=True):
         frame.write(v, x)
     ev.run(frame, jaxpr)
-    outs = [_conform(frame.read(v), v.aval) for v in jaxpr.outvars]
-    return jax.tree.unflatten(out_tree[-1], outs)
+    computed = iter(_conform(frame.read(v), v.aval) for v in jaxpr.outvars)
+    tree, static, n = out_tree[-1]
+    return jax.tree.unflatten(
+        tree, [static[i] if i in static else next(computed) for i in range(n)]
+    )

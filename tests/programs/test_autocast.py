@@ -324,3 +324,13 @@ def test_eager_calls_round_once_per_library_call_like_jit():
     err = np.abs(np.asarray(eager, np.float64) - ref)
     half_ulp = 2.0 ** (np.floor(np.log2(ref)) - 8)  # bfloat16: 8 significant bits
     assert np.all(err <= half_ulp * 1.001)
+
+
+def test_outputs_that_are_not_jax_values_come_back_as_the_plain_function_returns_them():
+    x = jnp.ones(3, BF16)
+    out = autocast(lambda v: (v.sum(), "tag", 3, None))(x)
+    assert out[1:] == ("tag", 3, None) and type(out[2]) is int
+    assert out[0].dtype == BF16 and float(out[0]) == 3.0
+    plain = jax.jit(lambda v: (v.sum(), 3))(x)  # under jit, as jax.jit itself returns it
+    ours = jax.jit(autocast(lambda v: (v.sum(), 3)))(x)
+    assert ours[1].dtype == plain[1].dtype and int(ours[1]) == 3
