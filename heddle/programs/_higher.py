@@ -17,13 +17,14 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
+import numpy as np
 from jax._src import core as _core
 from jax._src import linear_util as lu
 from jax._src.interpreters import partial_eval as pe
 from jax._src.lax.lax import _convert_element_type
 from jax.extend import core as jcore
 
-from heddle.programs._frame import Frame
+from heddle.programs._frame import Frame, dtype_of, is_narrow
 
 
 def _conform(x: Any, aval: Any) -> Any:
@@ -117,7 +118,34 @@ def _rebind(ev: Any, frame: Frame, eqn: Any, **jaxprs: Any) -> None:
 
 
 def _scan(ev: Any, frame: Frame, eqn: Any) -> None:
-    _rebind(ev, frame, eqn, jaxpr=retrace(ev, eqn.params["jaxpr"]))
+    """A scan, its body under the rules. Its narrow float constants (a weight every step reads)
+    enter as their exact float32 copies, narrowed inside the body: JAX's transpose then sums their
+    cotangents over the steps in float32, as every other sum."""
+    closed, n = eqn.params["jaxpr"], eqn.params["num_consts"]
+    wide = [i for i, v in enumerate(eqn.invars[:n]) if is_narrow(dtype_of(v))]
+    if not wide:
+        _rebind(ev, frame, eqn, jaxpr=retrace(ev, closed))
+        return
+    avals = list(closed.in_avals)
+    narrow = {i: avals[i].dtype for i in wide}
+    for i in wide:
+        avals[i] = avals[i].update(dtype=np.dtype(np.float32), weak_type=False)
+    evaluate = body(ev, closed)
+
+    def step(*args: Any) -> list[Any]:
+        args = list(args)
+        for i, d in narrow.items():  # exact: the value is the narrow constant itself
+            args[i] = _convert_element_type(args[i], d)
+        return evaluate(*args)
+
+    fn = lu.wrap_init(step, debug_info=closed.jaxpr.debug_info)
+    jaxpr, _, consts = pe.trace_to_jaxpr_dynamic(fn, avals)
+    operands = list(map(frame.read, eqn.invars))
+    for i in wide:
+        operands[i] = _convert_element_type(operands[i], np.dtype(np.float32))
+    params = dict(eqn.params, jaxpr=_core.ClosedJaxpr(jaxpr, consts))
+    params = eqn.primitive.get_bind_params(params)
+    _write_outs(frame, eqn, eqn.primitive.bind(*operands, **params))
 
 
 def _while(ev: Any, frame: Frame, eqn: Any) -> None:

@@ -334,3 +334,25 @@ def test_outputs_that_are_not_jax_values_come_back_as_the_plain_function_returns
     plain = jax.jit(lambda v: (v.sum(), 3))(x)  # under jit, as jax.jit itself returns it
     ours = jax.jit(autocast(lambda v: (v.sum(), 3)))(x)
     assert ours[1].dtype == plain[1].dtype and int(ours[1]) == 3
+
+
+@pytest.mark.parametrize("mode", ["eager", "jit"])
+def test_a_weight_every_scan_step_reads_gets_its_gradient_summed_in_float32(mode):
+    """1000 steps of w * bf16(0.1): the cotangent of w is a sum over the steps. JAX sums it in
+    bfloat16 (32); under autocast it is float32 (reference: exact, 1000 * bf16(0.1))."""
+    run = jax.jit if mode == "jit" else (lambda f: f)
+    xs = jnp.full((1000,), 0.1, BF16)
+    tenth = Fraction(float(xs[0]))
+
+    def loss(w, xs):
+        return jax.lax.scan(lambda c, x: (c, w * x), 0.0, xs)[1].astype(F32).sum()
+
+    def loop(w, xs):
+        return jax.lax.fori_loop(0, 1000, lambda i, c: c + (w * xs[i]).astype(F32), 0.0)
+
+    assert float(jax.grad(loss)(BF16(1), xs)) == 32.0  # JAX's own bfloat16 sum stalls
+    for f in (loss, loop):
+        g = run(autodiff.grad(autocast(f)))(BF16(1), xs)
+        assert g.dtype == F32 and Fraction(float(g)) == 1000 * tenth
+        assert float(run(jax.grad(autocast(f)))(BF16(1), xs)) == 100.0  # 100.098 rounded once
+    assert heddle.audit(jax.grad(autocast(loss)), BF16(1), xs).counts["narrow_accumulation"] == 0
