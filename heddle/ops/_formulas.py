@@ -30,6 +30,7 @@ implementations are not, and are replaced, name by name, by the formulas here (`
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -60,6 +61,16 @@ def sinc(x: ArrayLike, /) -> jax.Array:
     return jnp.where(small, near, jnp.where(jnp.isfinite(x), big, edge)).astype(x.dtype)
 
 
+def _bessel(x: ArrayLike, plain: Callable[..., jax.Array], scaled: Callable[..., jax.Array]):
+    """A modified Bessel function, from ``plain`` where ``exp(|x|)`` is finite and from the
+    exponentially scaled ``scaled`` times ``exp(|x|/2)`` twice past that (finite wherever the value is)."""
+    x = jnp.asarray(x)
+    a = jnp.abs(x)
+    half = jnp.exp(a / 2)
+    split = half * (scaled(x) * half)
+    return jnp.where(a < _EXP_SAFE, plain(jnp.where(a < _EXP_SAFE, x, 0)), split)
+
+
 def i0(x: ArrayLike) -> jax.Array:
     """The modified Bessel function of order 0, finite wherever its value is.
 
@@ -69,11 +80,7 @@ def i0(x: ArrayLike) -> jax.Array:
     Returns:
       ``i0(x)`` in ``x``'s dtype.
     """
-    x = jnp.asarray(x)
-    a = jnp.abs(x)
-    half = jnp.exp(a / 2)
-    split = half * (_special.i0e(x) * half)
-    return jnp.where(a < _EXP_SAFE, jnp.i0(jnp.where(a < _EXP_SAFE, x, 0)), split)
+    return _bessel(x, jnp.i0, _special.i0e)
 
 
 def i1(x: ArrayLike) -> jax.Array:
@@ -85,11 +92,7 @@ def i1(x: ArrayLike) -> jax.Array:
     Returns:
       ``i1(x)`` in ``x``'s dtype.
     """
-    x = jnp.asarray(x)
-    a = jnp.abs(x)
-    half = jnp.exp(a / 2)
-    split = half * (_special.i1e(x) * half)
-    return jnp.where(a < _EXP_SAFE, _special.i1(jnp.where(a < _EXP_SAFE, x, 0)), split)
+    return _bessel(x, _special.i1, _special.i1e)
 
 
 def log_ndtr(x: ArrayLike, series_order: int = 3) -> jax.Array:
