@@ -70,9 +70,9 @@ def astype(
       dtype(bfloat16)
     """
     from heddle.policy import _dtypes
-    from heddle.policy._policy import current
+    from heddle.policy._policy import active
 
-    d = current().default_float if dtype is None else _dtypes.dtype(dtype)
+    d = active().default_float if dtype is None else _dtypes.dtype(dtype)
     d = _dtypes.require_available(d, "astype")
     out = _core._astype(x, d, saturate=saturate) if _core._astype is not None else _core.cast(x, d)
     if copy and out is x:

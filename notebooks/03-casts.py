@@ -17,7 +17,7 @@
 # Converting a float64 to bfloat16 should round the value once, to the nearest bfloat16 (ties to even).
 # XLA's `convert` goes through float32 for some pairs, and rounds twice: first to float32, then to the
 # target. When the first rounding lands exactly on a midpoint between two target values, the second one
-# ties to even, which may be the wrong neighbour. ml_dtypes' `astype` does the same for other pairs.
+# ties to even, which may be the wrong neighbour. ml_dtypes' `astype` did the same for other pairs before 0.7.
 # heddle's `astype` rounds once for every (source, target) pair, on every backend (POLICY.md 6).
 #
 # This notebook counts the wrong results on the inputs of heddle's cast tests: every midpoint of each
@@ -166,9 +166,10 @@ print("heddle.astype: no wrong result on", sum(sizes[s] for s in SOURCES) * len(
 #
 # - **XLA's `convert`** rounds through float32 for float64 -> bfloat16, float64 -> float16, and the 32-
 #   and 64-bit integers -> bfloat16 and -> float8_e8m0fnu.
-# - **ml_dtypes' `astype`** rounds through float32 for float64 -> bfloat16 and float64 -> every float8
-#   and float4 format, and for the integers -> bfloat16 and -> float8_e8m0fnu (the same counts as XLA's);
-#   its float64 -> float16 is NumPy's own conversion and correct.
+# - **ml_dtypes' `astype`** before version 0.7 rounded through float32 for float64 -> bfloat16 and
+#   float64 -> every float8 and float4 format, and for the integers -> bfloat16 and -> float8_e8m0fnu;
+#   from 0.7 on it rounds once (its column is then zero but for the special values below). Its float64
+#   -> float16 is NumPy's own conversion and correct.
 # - Both also disagree with the exact reference on a few special values and at the edges of the range
 #   (the "other" column: NaN to float4, the smallest values of the power-of-two format e8m0), which
 #   heddle handles as POLICY.md 6 says.

@@ -8,7 +8,7 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 
-from heddle.policy._policy import current
+from heddle.policy._policy import active
 
 ARRAY_API_VERSION: str = jnp.__array_api_version__
 """The array API standard version heddle.numpy follows: the installed jax.numpy's."""
@@ -40,7 +40,7 @@ class ArrayNamespaceInfo(_JaxInfo):
           ``{"real floating", "complex floating", "integral", "indexing"}`` -> dtype.
         """
         del device
-        p = current()
+        p = active()
         return {
             "real floating": p.default_float,
             "complex floating": p.default_complex,

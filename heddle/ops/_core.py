@@ -32,7 +32,7 @@ from jax import lax
 
 from heddle.policy import _dtypes as D
 from heddle.policy import _lattice, _rules, _scalars
-from heddle.policy._policy import Policy, current
+from heddle.policy._policy import Policy, active
 from heddle.policy._rules import OpClass
 
 try:  # the correctly rounded cast
@@ -551,7 +551,7 @@ def _run(spec: OpSpec, plan: tuple, template: tuple, values: Sequence[Any]) -> A
         if precision is not None and kwargs.get("precision") is None:
             kwargs["precision"] = precision
         if comp.itemsize < 4 and _takes_dot_general(spec.fn):  # einsum: decide dot by dot
-            prec = _PRECISION[current().float32_matmul_precision]
+            prec = _PRECISION[active().float32_matmul_precision]
             kwargs["_dot_general"] = contraction_dot_general(prec)
         if D.kind(comp) == "f" and comp.itemsize < 4 and spec.fn in CPU_LOWERINGS and _on_cpu():
             return _round_output(CPU_LOWERINGS[spec.fn](*args, **kwargs), result)
@@ -583,7 +583,7 @@ def _output_dtype(out: np.dtype, result: np.dtype) -> np.dtype:
     if k == "c" and kr == "f":
         return _scalars._complex_of(result)
     if k in "iu" and kr in "fc":
-        return current().index_dtype
+        return active().index_dtype
     return result
 
 
@@ -694,7 +694,7 @@ def make_op(name: str, spec: OpSpec) -> Callable[..., Any]:
 
     @functools.wraps(spec.fn)
     def op(*args: Any, **kwargs: Any) -> Any:
-        p = current()
+        p = active()
         try:
             if not kwargs and len(args) <= lead:
                 key = (id(p), D.x64_enabled(), *map(_fast_key, args))

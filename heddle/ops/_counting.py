@@ -36,7 +36,7 @@ from heddle.ops._core import cast, compute_dtype, materialise
 from heddle.ops._float_op import host_data
 from heddle.policy import _dtypes as D
 from heddle.policy import _rules, _scalars
-from heddle.policy._policy import current
+from heddle.policy._policy import active
 from heddle.policy._rules import OpClass
 
 
@@ -45,7 +45,7 @@ def _index(x: Any) -> Any:
     d = getattr(x, "dtype", None)
     if d is None or D.kind(np.dtype(d)) not in "iu":
         return x
-    want = current().index_dtype
+    want = active().index_dtype
     return x if x.dtype == want else cast(x, want)
 
 
@@ -55,7 +55,7 @@ def bincount(
 ) -> jax.Array:
     if weights is None:
         return _index(jnp.bincount(x, None, minlength, length=length, **kwargs))
-    p = current()
+    p = active()
     weights = host_data(weights)
     d = _scalars.resolve((weights,), p)
     result, acc = _rules.reduction_dtypes(d, None, p)
@@ -68,7 +68,7 @@ def bincount(
 
 def _float_dtypes(operands: tuple[Any, ...]) -> tuple[np.dtype, np.dtype]:
     """(result dtype, accumulation dtype) of a histogram of ``operands`` (sample and weights)."""
-    p = current()
+    p = active()
     common = _scalars.resolve(operands, p)
     result = _rules.result_dtype(OpClass.FLOAT_ONLY, common, policy=p)
     acc = _rules.acc_dtype(result, p)
@@ -180,7 +180,7 @@ def _wide_selection(
 
     @functools.wraps(fn)
     def op(*args: Any, **kwargs: Any) -> Any:
-        p = current()
+        p = active()
         args = list(args)
         where = [i for i in positions if i < len(args)] if seq is None else []
         values = [host_data(args[i]) for i in where] if seq is None else list(args[seq])

@@ -22,7 +22,7 @@ from heddle.ops._core import cast, materialise
 from heddle.policy import _dtypes as D
 from heddle.policy import _rules, _scalars
 from heddle.policy._errors import PrecisionError, message
-from heddle.policy._policy import current
+from heddle.policy._policy import active
 
 _HOST_DEFAULTS = {
     "b": None,
@@ -39,7 +39,7 @@ def _want(dtype: Any, fallback: Callable[[], np.dtype], what: str) -> np.dtype:
 
 
 def _default_float() -> np.dtype:
-    return current().default_float
+    return active().default_float
 
 
 def _like(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -99,7 +99,7 @@ def check_created(value: Any, d: np.dtype, explicit: bool, what: str) -> None:
     """Range check (POLICY.md 3) of a value a creation function ``what`` writes into ``d``:
     ``explicit`` when the user asked for ``d`` (the message then suggests a dtype that holds it),
     else ``d`` is the policy's default (the message suggests a typed value or a wider default)."""
-    p = current()
+    p = active()
     if not explicit:
         _scalars._check_range(value, d, p, None)
         return
@@ -126,7 +126,7 @@ def check_created(value: Any, d: np.dtype, explicit: bool, what: str) -> None:
 def _host_default(arr: np.ndarray) -> np.dtype:
     """The dtype Python data (lists, scalars) takes: the policy's defaults, not NumPy's 64-bit ones."""
     field = _HOST_DEFAULTS[D.kind(np.dtype(arr.dtype)) if arr.dtype in D.DTYPES else "f"]
-    return np.dtype(bool) if field is None else getattr(current(), field)
+    return np.dtype(bool) if field is None else getattr(active(), field)
 
 
 def _is_python_data(obj: Any) -> bool:
@@ -288,7 +288,7 @@ def _ranged(
     def op(*args: Any, dtype: Any = None, **kwargs: Any) -> jax.Array:
         given = (*args[:3], *(kwargs.get(k) for k in ("start", "stop", "step")))
         scalars = tuple(a for a in given if a is not None)
-        p = current()
+        p = active()
         if dtype is not None:
             d = D.dtype(dtype)
         else:

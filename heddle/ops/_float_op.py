@@ -20,7 +20,7 @@ import numpy as np
 from heddle.ops._core import cast, compute_dtype, materialise, remember
 from heddle.policy import _dtypes as D
 from heddle.policy import _lattice, _rules, _scalars
-from heddle.policy._policy import Policy, current
+from heddle.policy._policy import Policy, active
 from heddle.policy._rules import OpClass
 
 _POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
@@ -187,7 +187,7 @@ def float_op(
         found = [(n, i, host_data(v)) for n, i, v in present(args, kwargs, slots)]
         if not found:
             return fn(*args, **kwargs)
-        p = current()
+        p = active()
         common = _scalars.resolve(tuple(v for _, _, v in found), p)
         result = _rules.result_dtype(op_class, common, policy=p)
         for d in {result, compute_dtype(result, p)}:

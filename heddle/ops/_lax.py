@@ -35,7 +35,7 @@ from heddle.ops._core import cast, compute_dtype, contraction_operand_dtype, mat
 from heddle.policy import _dtypes as D
 from heddle.policy import _rules, _scalars
 from heddle.policy._errors import message
-from heddle.policy._policy import Policy, current
+from heddle.policy._policy import Policy, active
 from heddle.policy._rules import OpClass
 
 _PRECISION = {"highest": lax.Precision.HIGHEST, "high": lax.Precision.HIGH}
@@ -66,7 +66,7 @@ def _contraction(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
 
     @functools.wraps(fn)
     def op(*args: Any, **kwargs: Any) -> jax.Array:
-        p = current()
+        p = active()
         bound = sig.bind(*args, **kwargs)
         a = bound.arguments
         widen = _widens(name, a)
@@ -119,7 +119,7 @@ def _accumulating(fn: Callable[..., Any], name: str, op_class: OpClass) -> Calla
 
     @functools.wraps(fn)
     def op(operand: Any, *args: Any, **kwargs: Any) -> jax.Array:
-        p = current()
+        p = active()
         d = _scalars.resolve((operand,), p)
         if op_class is OpClass.REDUCTION:
             result, comp = _rules.reduction_dtypes(d, None, p)
@@ -142,7 +142,7 @@ def _collective(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
 
     @functools.wraps(fn)
     def op(x: Any, *args: Any, **kwargs: Any) -> Any:
-        p = current()
+        p = active()
         leaves, tree = jax.tree.flatten(x)
         plans = []
         for leaf in leaves:
@@ -222,7 +222,7 @@ def _generic_reduce(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
         operands, init_values = a[operand_name], a[init_name]
         if not (_is_array(operands) and _is_array(init_values)):
             return fn(*args, **kwargs)  # variadic (tuples of operands): JAX's own call
-        p = current()
+        p = active()
         d = _scalars.resolve((operands,), p)
         kind = monoid(a[comp_name], d)
         if kind is None:
@@ -261,7 +261,7 @@ def _selection(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
 
     @functools.wraps(fn)
     def op(operand: Any, *args: Any, **kwargs: Any) -> jax.Array:
-        p = current()
+        p = active()
         d = _scalars.resolve((operand,), p)
         comp = compute_dtype(d, p)
         D.require_available(comp, f"heddle.lax.{name}")
@@ -281,7 +281,7 @@ def _scatter(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
 
     @functools.wraps(fn)
     def op(operand: Any, scatter_indices: Any, updates: Any, *args: Any, **kwargs: Any) -> Any:
-        p = current()
+        p = active()
         common = _scalars.resolve((operand, updates), p)
         result, acc = _rules.reduction_dtypes(common, None, p)
         for x in {result, acc}:
@@ -309,7 +309,7 @@ def _widened(fn: Callable[..., Any], name: str, copies: bool) -> Callable[..., A
 
     @functools.wraps(fn)
     def op(*args: Any, **kwargs: Any) -> jax.Array:
-        p = current()
+        p = active()
         bound = sig.bind(*args, **kwargs)
         a = bound.arguments
         common = _scalars.resolve(tuple(a[n] for n in names), p)

@@ -29,7 +29,7 @@ from heddle.ops._core import OpSpec, Plan, cast
 from heddle.ops._nn import float_op, precision_scope
 from heddle.policy import _dtypes as D
 from heddle.policy import _rules, _scalars
-from heddle.policy._policy import current
+from heddle.policy._policy import active
 from heddle.policy._rules import OpClass
 
 A, F, R = OpClass.ARITHMETIC, OpClass.FLOAT_ONLY, OpClass.REDUCTION
@@ -88,7 +88,7 @@ def _contraction_chain(fn: Callable[..., Any], name: str, seq: bool) -> Callable
 
     @functools.wraps(fn)
     def op(*args: Any, **kwargs: Any) -> jax.Array:
-        p = current()
+        p = active()
         bound = sig.bind(*args, **kwargs)
         operands = tuple(bound.arguments[first]) if seq else (bound.arguments[first],)
         common = _scalars.resolve(operands, p)
@@ -109,7 +109,7 @@ def _freq(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
 
     @functools.wraps(fn)
     def op(n: int, d: Any = 1.0, *, dtype: Any = None, **kwargs: Any) -> jax.Array:
-        p = current()
+        p = active()
         want = p.default_float if dtype is None else D.dtype(dtype)
         comp = _core.compute_dtype(want, p)
         for x in {want, comp}:

@@ -26,7 +26,7 @@ from heddle.ops._core import cast, compute_dtype, materialise, remember
 from heddle.ops._float_op import float_op, host_data, precision_scope, round_outputs
 from heddle.policy import _dtypes as D
 from heddle.policy import _rules, _scalars
-from heddle.policy._policy import Policy, current
+from heddle.policy._policy import Policy, active
 from heddle.policy._rules import OpClass
 
 # --- integrality-preserving activations: exact in the input dtype ----------------------------------
@@ -76,7 +76,7 @@ def one_hot(x: Any, num_classes: int, *, dtype: Any = None, axis: int | Any = -1
       Array([[1., 0., 0.],
              [0., 0., 1.]], dtype=float32)
     """
-    d = current().default_float if dtype is None else D.dtype(dtype)
+    d = active().default_float if dtype is None else D.dtype(dtype)
     D.require_available(d, "heddle.nn.one_hot")
     return jax.nn.one_hot(x, num_classes, dtype=d, axis=axis)
 
@@ -144,7 +144,7 @@ def dot_product_attention(
     )
     if implementation != "cudnn":
         return _attention(query, key, value, bias, mask, **kwargs)
-    p = current()
+    p = active()
     operands = tuple(v for v in (query, key, value, bias) if v is not None)
     result = _rules.result_dtype(OpClass.FLOAT_ONLY, _scalars.resolve(operands, p), policy=p)
     D.require_available(result, "heddle.nn.dot_product_attention")
@@ -268,7 +268,7 @@ def _policy_init(inner: Callable[..., Any], default: Any, qualname: str) -> Call
 
     @functools.wraps(inner)
     def init(key: Any, shape: Any, dtype: Any = None, *args: Any, **kwargs: Any) -> jax.Array:
-        p = current()
+        p = active()
         chosen = dtype if dtype is not None else default
         d = p.default_float if chosen is None else D.dtype(chosen)
         for x in {d, compute_dtype(d, p)}:

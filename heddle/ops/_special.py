@@ -28,7 +28,7 @@ import numpy as np
 from heddle.ops import _formulas
 from heddle.ops._float_op import float_op
 from heddle.policy import _dtypes as D
-from heddle.policy._policy import current
+from heddle.policy._policy import active
 
 # name -> value operands; every one is float-only, computes in acc_dtype and rounds once
 SPECIAL: dict[str, tuple[str, ...]] = {
@@ -125,7 +125,7 @@ def bernoulli(n: int) -> jax.Array:
             f"heddle.scipy.special.bernoulli({n}): n counts the numbers B_0..B_n, so it must be "
             "non-negative; bernoulli(0) gives [B_0]"
         )
-    d = current().default_float
+    d = active().default_float
     D.require_available(d, "heddle.scipy.special.bernoulli")
     with np.errstate(over="ignore"):
         values = np.array([float(b) for b in _bernoulli_exact(n)], np.float64).astype(d)

@@ -27,7 +27,7 @@ from heddle.ops._core import cast, compute_dtype, materialise
 from heddle.ops._float_op import host_data
 from heddle.policy import _dtypes as D
 from heddle.policy import _scalars
-from heddle.policy._policy import Policy, current
+from heddle.policy._policy import Policy, active
 
 # ufunc -> the heddle.numpy reductions its reduce and accumulate are
 DELEGATES = {"add": ("sum", "cumsum"), "multiply": ("prod", "cumprod")}
@@ -50,7 +50,7 @@ def _result(op: Callable[..., Any], d: np.dtype, p: Policy) -> np.dtype:
 def _prepared(op: Callable[..., Any], a: Any, dtype: Any) -> tuple[jax.Array, np.dtype]:
     """(``a`` converted to the compute dtype, the result dtype) for a generic reduction of ``op``."""
     a = host_data(a)
-    p = current()
+    p = active()
     d = _scalars.resolve((a,), p)
     result = _result(op, d, p) if dtype is None else D.dtype(dtype)
     comp = compute_dtype(result, p)
@@ -129,7 +129,7 @@ def attach(name: str, op: Callable[..., Any], jufunc: Any, namespace: dict[str, 
                 f"a = heddle.numpy.{name}.at(a, indices, b, inplace=False)"
             )
         a = host_data(a)
-        p = current()
+        p = active()
         d = _scalars.resolve((a,), p)
         comp = compute_dtype(d, p)
         x = cast(materialise(a, d), comp)

@@ -238,10 +238,10 @@ JAX = Policy(
 """JAX's own promotion table (``jax.numpy.promote_types``), for comparison and migration."""
 
 
-# The blocks open in this context, innermost last: (policy, marker) pairs. A block removes its own
-# entry when it closes, so blocks that close out of order (a generator suspended inside one, asyncio
-# tasks that share a thread) never leave a policy behind.
-_OPEN: contextvars.ContextVar[tuple[tuple[Policy, object], ...]] = contextvars.ContextVar(
+# The blocks open in this context, innermost last: (interned policy, the policy as given) pairs. A
+# block removes its own entry (compared by identity) when it closes, so blocks that close out of order
+# (a generator suspended inside one, asyncio tasks that share a thread) never leave a policy behind.
+_OPEN: contextvars.ContextVar[tuple[tuple[Policy, Policy], ...]] = contextvars.ContextVar(
     "heddle_policy", default=()
 )
 # The same value as a JAX context, which jax.jit reads for its cache key (thread-local, kept in step
@@ -273,16 +273,11 @@ except ImportError:  # pragma: no cover - a JAX without these internals: tasks' 
         return False
 
 
-def current() -> Policy:
-    """The active policy of this thread or asyncio task (``HEDDLE`` unless inside ``use``).
+def active() -> Policy:
+    """The active policy's interned instance, the one heddle's caches and ``jax.jit``'s key hold.
 
     Inside a program that ``jax.jit`` is tracing, it is the policy the trace will be cached under
     (the one ``jax.jit`` read for its cache key), so a cached trace always matches its key.
-
-    Examples:
-      >>> from heddle import policy
-      >>> policy.current().name
-      'heddle'
     """
     if _staging():
         p = _JIT_KEY.value
@@ -291,6 +286,23 @@ def current() -> Policy:
         p = stack[-1][0] if stack else None
         _sync(p)
     return HEDDLE if p is None else p
+
+
+def current() -> Policy:
+    """The active policy of this thread or asyncio task (``HEDDLE`` unless inside ``use``).
+
+    It is the object passed to the innermost open ``use`` block. Inside a program that ``jax.jit``
+    is tracing, it is the policy the trace will be cached under, which is equal to it (traces are
+    shared by equal policies).
+
+    Examples:
+      >>> from heddle import policy
+      >>> policy.current().name
+      'heddle'
+    """
+    stack = _OPEN.get()
+    p = active()
+    return stack[-1][1] if stack and stack[-1][0] is p else p
 
 
 @contextlib.contextmanager
@@ -326,10 +338,9 @@ def use(p: Policy) -> Iterator[Policy]:
                 "Pass e.g. heddle.policy.HEDDLE or heddle.policy.JAX.",
             )
         )
-    p = _intern(p)
-    entry = (p, object())
+    entry = (_intern(p), p)
     _OPEN.set((*_OPEN.get(), entry))
-    _sync(p)
+    _sync(entry[0])
     try:
         yield p
     finally:

@@ -14,7 +14,7 @@ import numpy as np
 from heddle.policy import _dtypes as D
 from heddle.policy import _lattice
 from heddle.policy._errors import PromotionError, message
-from heddle.policy._policy import Policy, current
+from heddle.policy._policy import Policy, active
 from heddle.policy._promotion import promote_all
 
 _F32 = np.dtype("float32")
@@ -43,7 +43,7 @@ def promote_types(a: Any, b: Any) -> np.dtype:
       >>> policy.promote_types("float16", "bfloat16")
       dtype('float32')
     """
-    return current().promote(a, b)
+    return active().promote(a, b)
 
 
 def can_lossless_cast(src: Any, dst: Any) -> bool:
@@ -139,7 +139,7 @@ def acc_dtype(d: Any, policy: Policy | None = None) -> np.dtype:
     if k == "c":
         return d
     if k == "f":
-        floor = (policy or current()).min_float_acc
+        floor = (policy or active()).min_float_acc
         return _wider_float(_wider_float(d, _F32), floor)
     if k in "bi":
         return d if _lattice.holds(d, _I32) else _I32
@@ -241,7 +241,7 @@ def result_dtype(op_class: OpClass, *dtypes: Any, policy: Policy | None = None) 
       >>> policy.result_dtype(policy.OpClass.REDUCTION, "int8")
       dtype('int32')
     """
-    p = policy or current()
+    p = policy or active()
     if not dtypes:
         raise ValueError(
             message(
@@ -283,7 +283,7 @@ def reduction_dtypes(
       >>> policy.reduction_dtypes("int8", "int16")
       (dtype('int16'), dtype('int32'))
     """
-    p = policy or current()
+    p = policy or active()
     d = D.dtype(d)
     result = _reduction(p, (d,)) if dtype is None else D.dtype(dtype)
     a, b = acc_dtype(d, p), acc_dtype(result, p)

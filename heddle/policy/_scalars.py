@@ -16,7 +16,7 @@ import numpy as np
 from heddle.policy import _dtypes as D
 from heddle.policy import _lattice
 from heddle.policy._errors import ScalarRangeError, UnknownDTypeError, message
-from heddle.policy._policy import Policy, current
+from heddle.policy._policy import Policy, active
 from heddle.policy._promotion import promote_all
 
 _KIND_OF_PY = {bool: "b", int: "i", float: "f", complex: "c"}
@@ -234,7 +234,7 @@ def resolve(
 ) -> np.dtype:
     """``result_type`` with an explicit policy; the ops call this. ``check=False`` skips the range
     checks (for representative scalars that stand for a kind, not for a value)."""
-    p = policy or current()
+    p = policy or active()
     typed_dtypes: list[np.dtype] = []
     scalars: list[tuple[str, Any]] = []
     for x in operands:

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from heddle.policy import _dtypes as D
-from heddle.policy._policy import Policy, current
+from heddle.policy._policy import Policy, active
 
 
 def table(
@@ -33,7 +33,7 @@ def table(
       int8,int8,int16
       uint8,int16,uint8
     """
-    p = policy or current()
+    p = policy or active()
     ds = p.table.dtypes if dtypes is None else tuple(D.dtype(d) for d in dtypes)
     names = [d.name for d in ds]
 

@@ -11,7 +11,7 @@ import jax
 import numpy as np
 
 from heddle.policy._errors import message
-from heddle.policy._policy import Policy, current, use
+from heddle.policy._policy import Policy, active, use
 from heddle.policy._precision import Precision
 from heddle.programs._evaluate import Evaluator
 from heddle.programs._higher import _conform
@@ -105,7 +105,7 @@ def autocast(
         with scope:
             if prec is not None:
                 args, kwargs = prec.cast_to_compute((args, kwargs))
-            out = _call(fn, current(), args, kwargs)
+            out = _call(fn, active(), args, kwargs)
             return out if prec is None else prec.cast_to_output(out)
 
     return wrapped

@@ -42,11 +42,11 @@ def rounding_failures(got, ref, dtype, tol=0.0, flush_scale=1.0) -> np.ndarray:
 
 
 def test_reference_rounding_is_single_rounding():
-    # 1 + 2**-8 + 2**-30 is just above a bfloat16 tie: one rounding goes up; ml_dtypes' float64 ->
-    # bfloat16 (through float32) lands on the tie and goes to even, down
+    # 1 + 2**-8 + 2**-30 is just above a bfloat16 tie: one rounding goes up; a rounding through
+    # float32 lands on the tie and goes to even, down
     x = np.array([1 + 2.0**-8 + 2.0**-30, 1 + 2.0**-8, 1 + 3 * 2.0**-8])
     assert round_once(x, BF16).astype(np.float64).tolist() == [1 + 2.0**-7, 1.0, 1 + 2.0**-6]
-    assert float(x[:1].astype(BF16)[0]) == 1.0  # the double rounding this reference avoids
+    assert float(x[:1].astype(np.float32).astype(BF16)[0]) == 1.0  # the double rounding it avoids
     assert not rounding_failures(round_once(x, BF16), x, BF16, 0).any()
     assert rounding_failures(np.array([1.0], BF16), x[:1], BF16).all()
     # within tol of the tie either neighbour passes, and nothing further away

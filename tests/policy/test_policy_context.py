@@ -19,6 +19,7 @@ import pytest
 import heddle.numpy as hnp
 from heddle import policy
 from heddle.ops import _core
+from heddle.policy import _policy
 
 BF16, F16, F32 = np.dtype(jnp.bfloat16), np.dtype(np.float16), np.dtype(np.float32)
 
@@ -147,7 +148,13 @@ def test_equal_policies_are_one_instance_and_reuse_jit_traces():
     assert len(traces) == 1
     rebuilt = policy.Policy(name="heddle", table=policy.HEDDLE.table)
     with policy.use(rebuilt) as p:
-        assert p is policy.HEDDLE  # an equal value is the preset itself
+        # the block is the user's object; caches and jit traces are the equal preset's
+        assert p is rebuilt and policy.current() is rebuilt
+        assert _policy.active() is policy.HEDDLE
+        f(jnp.ones(3))
+    with policy.use(policy.Policy(name="heddle", table=policy.HEDDLE.table)):
+        f(jnp.ones(3))  # another equal instance: the same trace
+    assert len(traces) == 2  # the bfloat16 blocks' trace, then the preset's one
 
 
 def test_policy_hash_is_stable_and_not_pickled():
