@@ -248,3 +248,35 @@ def test_signature_drops_quotes_and_addresses(gen):
     sig = gen["signature"](f)
     assert sig.startswith("(x: int, y: object = <object object>) -> str"), sig
     assert gen["signature"](3) == ""
+
+
+# ---- docs/autocast.md ------------------------------------------------------------------------
+
+
+def test_autocast_page_scripts_run_and_do_what_they_say():
+    """The page's flax linen, flax nnx and equinox scripts, each run as written in a fresh scope."""
+    blocks = python_blocks((DOCS / "autocast.md").read_text())
+    scripts = [b for _, b in blocks if ">>> " not in b and "def " in b]  # not the one-line fragment
+    ran = {}
+    for block in scripts:
+        scope: dict = {}
+        with jax.numpy_dtype_promotion("standard"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            exec(compile(block, "autocast.md", "exec"), scope)
+        marks = {"linen": "flax.linen", "nnx": "from flax import nnx", "equinox": "import equinox"}
+        lib = next(k for k, mark in marks.items() if mark in block)
+        ran[lib] = scope
+    assert set(ran) == {"linen", "nnx", "equinox"}
+    linen = ran["linen"]
+    assert (
+        linen["heddle"]
+        .audit(linen["loss"], linen["params"], linen["x"], linen["y"])
+        .counts["narrow_accumulation"]
+        == 0
+    )  # what the linen script prints
+    bn = ran["nnx"]["model"].layers[1]
+    assert bn.mean[...].dtype == jax.numpy.float32 and bool((bn.mean[...] != 0).any())
+    g = ran["equinox"]["g"]
+    assert g.layers[0].weight.shape == (256, 784) and bool(
+        jax.numpy.isfinite(g.layers[0].weight).all()
+    )

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from jax.extend import core as jcore
 
 from heddle.policy import _dtypes as D
 from heddle.policy._rules import acc_dtype
@@ -81,6 +82,8 @@ class Walker(ConversionRules):
                 self._accumulation(eqn, ctx)
             if name in EXPS:
                 self._exp_then_sum(eqn, level, ctx)
+            if name in LOOPS:
+                self._loop_carries(eqn, ctx)
             subs = list(subjaxprs(eqn.params))
             if subs:
                 site = self._site(eqn)
@@ -237,6 +240,74 @@ class Walker(ConversionRules):
                     return
                 if cname in PASS_VALUE:
                     frontier.extend(c.outvars)
+
+    def _loop_carries(self, eqn: Any, ctx: Ctx) -> None:
+        """A narrow float loop carry that each step adds to (or multiplies): ``scan``/``fori_loop``
+        summing into a bfloat16 carry accumulates in bfloat16, whatever each step computes in."""
+        body, first, count = _carries(eqn)
+        body = getattr(body, "jaxpr", body)
+        level = Level(body)
+        steps = eqn.params.get("length")
+        for i in range(count):
+            carry, out = body.invars[first + i], body.outvars[i]
+            d = policy_dtype(carry.aval)
+            if d is None or not D.is_float(d) or holds(d, acc_dtype(d)) or steps == 1:
+                continue
+            op = _updates(level, out, carry)
+            if op is None:
+                continue
+            need = acc_dtype(d)
+            over = f"over {steps} steps" if steps else "over the loop's steps"
+            self._report(
+                eqn,
+                ctx,
+                NARROW_ACCUMULATION,
+                f"{eqn.primitive.name} carry ({op})",
+                (short(d),),
+                short(d),
+                (shape_of(carry),),
+                f"a {short(d)} loop carry updated by {op} {over} accumulates in {short(d)}, "
+                f"narrower than acc_dtype {short(need)}; carry it in {short(need)} (start the loop "
+                f"with init.astype(jnp.{need.name}) and round after it): heddle.autocast keeps every "
+                "carry's dtype, so it cannot change this one",
+                expected=need.name,
+            )
+
+
+LOOPS = frozenset({"scan", "while"})
+# Ops a carry's value passes through on its way to the update that accumulates into it.
+_CARRY_PATH = frozenset({"convert_element_type", "copy", "copy_p", "reshape", "squeeze"})
+
+
+def _carries(eqn: Any) -> tuple[Any, int, int]:
+    """(body jaxpr, index of the first carry among its inputs, number of carries) of a loop."""
+    p = eqn.params
+    if eqn.primitive.name == "scan":
+        return p["jaxpr"], p["num_consts"], p["num_carry"]
+    body = p["body_jaxpr"]
+    return body, p["body_nconsts"], len(getattr(body, "jaxpr", body).outvars)
+
+
+def _updates(level: Level, out: Any, carry: Any) -> str | None:
+    """The summing op (``add``, ``mul``...) that makes a body's carry output from its carry input,
+    through conversions; ``None`` where the output is not such an update."""
+
+    def source(v: Any) -> Any:
+        for _ in range(UPSTREAM_LIMIT):
+            e = level.producer.get(v)
+            if e is None or e.primitive.name not in _CARRY_PATH:
+                return v
+            v = e.invars[0]
+        return v
+
+    e = level.producer.get(source(out))
+    if e is None or e.primitive.name not in _CARRY_UPDATES:
+        return None
+    reads = [source(x) for x in e.invars if not isinstance(x, jcore.Literal)]
+    return e.primitive.name if carry in reads else None
+
+
+_CARRY_UPDATES = frozenset({"add", "sub", "mul", "add_any"})
 
 
 _TAKES_PREFERRED = frozenset(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -103,12 +104,58 @@ def autocast(
     def wrapped(*args: Any, **kwargs: Any) -> Any:
         scope = use(policy) if policy is not None else contextlib.nullcontext()
         with scope:
+            graph = _graph_nodes(args, kwargs)
+            if graph is not None:
+                return _call_on_graph(fn, active(), prec, graph)
             if prec is not None:
                 args, kwargs = prec.cast_to_compute((args, kwargs))
             out = _call(fn, active(), args, kwargs)
             return out if prec is None else prec.cast_to_output(out)
 
     return wrapped
+
+
+def _in_dtype_of(new: Any, old: Any) -> Any:
+    return new if new.dtype == old.dtype else new.astype(old.dtype)
+
+
+def _graph_nodes(args: tuple, kwargs: dict[str, Any]) -> tuple | None:
+    """Where flax nnx objects (modules, ``Rngs``) are among the arguments: (nnx, leaves with them
+    as leaves, the tree, their positions); ``None`` without any (or without flax loaded)."""
+    graph = sys.modules.get("flax.nnx.graph")
+    if graph is None:
+        return None
+    leaves, tree = jax.tree.flatten((args, kwargs), is_leaf=graph.is_graph_node)
+    where = [i for i, leaf in enumerate(leaves) if graph.is_graph_node(leaf)]
+    return (sys.modules["flax.nnx"], leaves, tree, where) if where else None
+
+
+def _call_on_graph(fn: Callable[..., Any], p: Policy, prec: Precision | None, graph: tuple) -> Any:
+    """``_call`` for arguments holding flax nnx objects, the way ``nnx.jit`` calls a function: their
+    state goes in as arrays, and what the function writes into it (BatchNorm statistics, RNG counts)
+    is written back to the caller's objects afterwards, each value in its variable's dtype.
+    ``precision=`` casts their ``nnx.Param`` variables (and the other arguments), never the
+    statistics a layer writes in its own dtype."""
+    nnx, leaves, tree, where = graph
+    nodes = tuple(leaves[i] for i in where)
+    graphdef, params, state = nnx.split(nodes, nnx.Param, ...)
+    rest = [None if i in where else leaf for i, leaf in enumerate(leaves)]
+
+    def pure(params: Any, rest: list, state: Any) -> tuple[Any, Any]:
+        merged = nnx.merge(graphdef, params, state)
+        full = list(rest)
+        for i, node in zip(where, merged, strict=True):
+            full[i] = node
+        a, k = jax.tree.unflatten(tree, full)
+        return fn(*a, **k), nnx.state(merged)
+
+    before = nnx.state(nodes)
+    params, rest = (params, rest) if prec is None else prec.cast_to_compute((params, rest))
+    out, written = _call(pure, p, (params, rest, state), {})
+    if jax.tree.structure(written) == jax.tree.structure(before):
+        written = jax.tree.map(_in_dtype_of, written, before)
+    nnx.update(nodes, written)
+    return out if prec is None else prec.cast_to_output(out)
 
 
 def _call(fn: Callable[..., Any], p: Policy, args: tuple, kwargs: dict[str, Any]) -> Any:

@@ -15,7 +15,7 @@ from jax import lax
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from heddle import policy
+from heddle import autocast, policy
 from heddle.programs import _audit
 
 audit = _audit.audit
@@ -620,3 +620,55 @@ def test_docs_show_the_real_audit_table(tmp_path, monkeypatch):
     labels = jax.ShapeDtypeStruct((128, 10), BF)
     report = audit(mlp.loss, params, x, labels, include_backward=True)
     assert str(report) == shown.rstrip("\n")
+
+
+# ---- narrow loop carries ----------------------------------------------------------------------
+
+
+def _scan_sum(xs, init):
+    return lax.scan(lambda c, x: (c + x, None), init, xs)[0]
+
+
+def _fori_sum(x, init):
+    return lax.fori_loop(0, 1000, lambda i, c: c + x.astype(c.dtype), init)
+
+
+def _while_sum(x, init):
+    return lax.while_loop(lambda v: v[0] < 10, lambda v: (v[0] + 1, v[1] + x), (0, init))[1]
+
+
+def _running_max(xs, init):  # a carry that is not summed
+    return lax.scan(lambda c, x: (jnp.maximum(c, x), c + x), init, xs)[0]
+
+
+CARRIES = [
+    ("scan", _scan_sum, 1000, "scan carry (add)"),
+    ("fori_loop", _fori_sum, (), "scan carry (add)"),
+    ("while_loop", _while_sum, (), "while carry (add)"),
+]
+
+
+@pytest.mark.parametrize("wrap", [lambda f: f, autocast], ids=["plain", "autocast"])
+@pytest.mark.parametrize(
+    ("fn", "shape", "primitive"), [c[1:] for c in CARRIES], ids=[c[0] for c in CARRIES]
+)
+def test_a_narrow_carry_summed_over_the_steps_is_a_narrow_accumulation(wrap, fn, shape, primitive):
+    # autocast keeps the carry's dtype (a program stays valid), so the audit of its result still
+    # reports it; its note says how to carry the sum in float32
+    x = jnp.full(shape, 0.1, BF)
+    found = [f for f in audit(wrap(fn), x, jnp.zeros((), BF)) if f.kind == "narrow_accumulation"]
+    assert [f.primitive for f in found] == [primitive]
+    assert "init.astype(jnp.float32)" in found[0].note and found[0].expected == "float32"
+    # and the advice is right: 1000 steps of 0.1 summed in a bfloat16 carry stall, float32 does not
+    if fn is _scan_sum:
+        assert float(fn(x, jnp.zeros((), BF))) < 100 <= float(fn(x.astype(jnp.float32), 0.0))
+
+
+@pytest.mark.parametrize(
+    ("fn", "init"),
+    [(_scan_sum, jnp.zeros((), jnp.float32)), (_running_max, jnp.zeros((), BF))],
+    ids=["float32 carry", "bf16 max carry"],
+)
+def test_a_float32_or_unsummed_carry_is_not_reported(fn, init):
+    x = jnp.full(1000, 0.1, init.dtype)
+    assert not [f for f in audit(fn, x, init) if f.kind == "narrow_accumulation"]
