@@ -430,16 +430,21 @@ def matmul_on_cpu(a: Any, b: Any, **kwargs: Any) -> jax.Array:
       >>> _core.matmul_on_cpu(a, b, preferred_element_type=jnp.float32).shape
       (2, 3, 5)
     """
-    if (
+    if transposes_weight_on_cpu(a, b) and not set(kwargs) - {"preferred_element_type", "precision"}:
+        return lax.dot_general(a, b.T, (((a.ndim - 1,), (1,)), ((), ())), **kwargs)
+    return jax.numpy.matmul(a, b, **kwargs)
+
+
+def transposes_weight_on_cpu(a: Any, b: Any) -> bool:
+    """Whether ``a @ b`` (narrow operands, float32 result) feeds the weight ``b`` to XLA:CPU's dot
+    transposed, as ``matmul_on_cpu`` says; heddle.autocast asks the same of every such dot."""
+    return (
         np.ndim(b) == 2
         and np.ndim(a) >= 2
         and _differentiated(b)
         and not _vmapped(b)
         and (np.ndim(a) > 2 or _vmapped(a) or b.shape[0] > b.shape[1])
-        and not set(kwargs) - {"preferred_element_type", "precision"}
-    ):
-        return lax.dot_general(a, b.T, (((a.ndim - 1,), (1,)), ((), ())), **kwargs)
-    return jax.numpy.matmul(a, b, **kwargs)
+    )
 
 
 CPU_LOWERINGS: dict[Callable[..., Any], Callable[..., Any]] = {

@@ -28,7 +28,14 @@ from jax._src import source_info_util
 from jax._src.lax.lax import canonicalize_precision
 from jax.extend import core as jcore
 
-from heddle.ops._core import _PRECISION, cast, contraction_operand_dtype, widens_narrow_contractions
+from heddle.ops._core import (
+    _PRECISION,
+    cast,
+    contraction_operand_dtype,
+    narrow_dot_needs_widening,
+    transposes_weight_on_cpu,
+    widens_narrow_contractions,
+)
 from heddle.policy import _dtypes as D
 from heddle.policy import _lattice
 from heddle.policy._errors import PolicyError
@@ -255,7 +262,7 @@ def _contraction(ev: Evaluator, frame: Frame, eqn: Any, seg: int) -> None:
     common = _common(ev, dl, dr)
     acc_in, acc_out = ev.acc(common), ev.acc(out)
     acc = acc_in if acc_in == acc_out else _common(ev, acc_in, acc_out)
-    operand = contraction_operand_dtype(common, acc, ev.widen)
+    operand = contraction_operand_dtype(common, acc, ev.widen and _needs_wide_operands(eqn))
 
     def feed(a: Any, d: np.dtype) -> Any:
         if operand == acc and is_narrow(d):
@@ -270,7 +277,34 @@ def _contraction(ev: Evaluator, frame: Frame, eqn: Any, seg: int) -> None:
         if prec is not None:
             params["precision"] = canonicalize_precision(prec)
     args = [feed(lhs, dl), feed(rhs, dr), *map(frame.read, eqn.invars[2:])]
+    if eqn.primitive.name == "dot_general" and is_narrow(operand) and ev.widen:
+        args, params = _cpu_layout(args, params)
     ev.bind_wide(frame, eqn, seg, args, params)
+
+
+def _cpu_layout(args: list[Any], params: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
+    """``x @ w`` with a differentiated narrow weight, laid out as heddle.numpy's matmul lays it out
+    on XLA:CPU (``matmul_on_cpu``): ``w`` enters transposed, so the dots of the backward pass stay
+    on XLA:CPU's library path. The same float32-accumulated dot, the same value."""
+    a, b = args[:2]
+    if params["dimension_numbers"] != (((a.ndim - 1,), (0,)), ((), ())):
+        return args, params
+    if not transposes_weight_on_cpu(a, b):
+        return args, params
+    dn = (((a.ndim - 1,), (1,)), ((), ()))
+    return [a, lax.transpose(b, (1, 0)), *args[2:]], {**params, "dimension_numbers": dn}
+
+
+def _needs_wide_operands(eqn: Any) -> bool:
+    """Whether a narrow contraction on CPU must widen its operands: a ``dot_general`` only where
+    XLA:CPU has no narrow kernel for its dimension numbers (as heddle.numpy's matmul and einsum
+    decide); convolutions and ragged dots always (as heddle.lax's do)."""
+    if eqn.primitive.name != "dot_general":
+        return True
+    lhs, rhs = eqn.invars[:2]
+    return narrow_dot_needs_widening(
+        len(lhs.aval.shape), len(rhs.aval.shape), eqn.params["dimension_numbers"]
+    )
 
 
 def _convert(ev: Evaluator, frame: Frame, eqn: Any, seg: int) -> None:

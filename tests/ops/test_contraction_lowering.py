@@ -11,6 +11,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+import heddle
 import heddle.lax as hlax
 import heddle.numpy as hnp
 
@@ -69,8 +70,10 @@ def test_transposed_narrow_contractions_compile_and_accumulate_in_float32(transf
         lambda a, b: hnp.einsum("ij,jk->ik", a, b),
         lambda a, b: hlax.dot_general(a, b, (((1,), (0,)), ((), ()))),
         lambda a, b: hlax.dot(a, b),
+        heddle.autocast(lambda a, b: a @ b),
+        heddle.autocast(lambda a, b: jnp.einsum("ij,jk->ik", a, b)),
     ],
-    ids=["matmul", "einsum", "lax.dot_general", "lax.dot"],
+    ids=["matmul", "einsum", "lax.dot_general", "lax.dot", "autocast @", "autocast einsum"],
 )
 def test_canonical_narrow_dots_keep_their_operands_narrow(f):
     """bfloat16 x bfloat16 -> float32 on every backend: no widening for a dot the fast path takes."""
@@ -90,25 +93,28 @@ def _library_dots(compiled_text: str) -> tuple[int, int]:
     )
 
 
-def _mlp_grad(xp):
+def _mlp_grad(xp, wrap=lambda f: f):
     def loss(w1, w2, x):
         h = xp.tanh(xp.matmul(x, w1))
         return jnp.mean(jnp.square(xp.matmul(h, w2).astype(F32)))
 
-    return jax.jit(jax.grad(loss, argnums=(0, 1)))
+    return jax.jit(jax.grad(wrap(loss), argnums=(0, 1)))
 
 
 @pytest.mark.skipif(not CPU, reason="XLA:CPU's dot lowerings")
-def test_mlp_backward_dots_take_the_library_path_at_least_as_often_as_jax_numpy():
+@pytest.mark.parametrize("variant", ["heddle.numpy", "autocast"])
+def test_mlp_backward_dots_take_the_library_path_at_least_as_often_as_jax_numpy(variant):
     x, w1, w2 = _operands((256, 64), (64, 128), (128, 10))
-    texts = [_mlp_grad(xp).lower(w1, w2, x).compile().as_text() for xp in (hnp, jnp)]
+    ours = _mlp_grad(hnp) if variant == "heddle.numpy" else _mlp_grad(jnp, heddle.autocast)
+    texts = [f.lower(w1, w2, x).compile().as_text() for f in (ours, _mlp_grad(jnp))]
     (h_lib, h_plain), (j_lib, j_plain) = map(_library_dots, texts)
     assert h_lib >= j_lib and h_plain <= j_plain
 
 
 @pytest.mark.skipif(not CPU, reason="XLA:CPU's dot lowerings")
 @pytest.mark.parametrize("vmapped", [True, False], ids=["vmapped", "3-D lhs"])
-def test_linear_layer_backward_dots_take_the_library_path_like_jax_numpy(vmapped):
+@pytest.mark.parametrize("variant", ["heddle.numpy", "autocast"])
+def test_linear_layer_backward_dots_take_the_library_path_like_jax_numpy(vmapped, variant):
     """A Linear layer on [batch, tokens, features] (under vmap or not) times an unbatched weight:
     the weight gradient is no plain dot with both operands transposed (XLA:CPU's slow loop) where
     jax.numpy's gets the library path; and the values are the float32-accumulated ones."""
@@ -118,9 +124,12 @@ def test_linear_layer_backward_dots_take_the_library_path_like_jax_numpy(vmapped
         y = jax.vmap(lambda xi: xp.matmul(xi, w))(x) if vmapped else xp.matmul(x, w)
         return jnp.sum(jnp.tanh(y.astype(F32)))
 
-    steps = [
-        jax.jit(jax.grad(lambda w, x, xp=xp: loss(xp, w, x), argnums=(0, 1))) for xp in (hnp, jnp)
-    ]
+    ours = (
+        (lambda w, x: loss(hnp, w, x))
+        if variant == "heddle.numpy"
+        else heddle.autocast(lambda w, x: loss(jnp, w, x))
+    )
+    steps = [jax.jit(jax.grad(f, argnums=(0, 1))) for f in (ours, lambda w, x: loss(jnp, w, x))]
     texts = [s.lower(w, x).compile().as_text() for s in steps]
     (h_lib, _), (j_lib, _) = map(_library_dots, texts)
     assert h_lib >= j_lib
