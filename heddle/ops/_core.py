@@ -288,10 +288,10 @@ def _plan(spec: OpSpec, p: Policy, sigs: tuple, dtype_arg: Any, x64: bool, widen
 # Contractions whose dot_general always contracts the lhs on its trailing dimensions (a layout
 # XLA:CPU's library path takes with narrow operands and a float32 result); measured on CPU by
 # ``python benchmarks/bench_contractions.py`` (benchmarks/RESULTS.md). ``einsum`` and
-# ``heddle.lax.dot_general`` decide dot by dot (``narrow_dot_needs_widening``); tensordot and the
+# ``heddle.lax.dot_general`` and tensordot decide dot by dot (``narrow_dot_needs_widening``); the
 # convolutions widen on CPU.
 NARROW_ON_CPU = frozenset(
-    "matmul dot vdot inner vecdot einsum batch_matmul linalg.matmul linalg.vecdot".split()
+    "matmul dot vdot inner vecdot einsum batch_matmul linalg.matmul linalg.vecdot tensordot".split()
 )
 
 
@@ -447,9 +447,42 @@ def transposes_weight_on_cpu(a: Any, b: Any) -> bool:
     )
 
 
+def tensordot_on_cpu(a: Any, b: Any, axes: Any = 2, **kwargs: Any) -> jax.Array:
+    """``jnp.tensordot`` of narrow float operands with a float32 result, decided dot by dot on
+    XLA:CPU: the operands stay narrow unless ``narrow_dot_needs_widening`` says the dot has no narrow
+    kernel (``axes=([0], [2])``), where they are widened exactly. The same value either way.
+
+    Args:
+      a: the lhs.
+      b: the rhs.
+      axes: as for ``jnp.tensordot``.
+      **kwargs: ``preferred_element_type`` and ``precision``.
+
+    Returns:
+      ``jnp.tensordot(a, b, axes, **kwargs)``'s value and dtype.
+
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> from heddle.ops import _core
+      >>> a, b = jnp.ones((4, 3), jnp.bfloat16), jnp.ones((2, 5, 4), jnp.bfloat16)
+      >>> _core.tensordot_on_cpu(a, b, ([0], [2]), preferred_element_type=jnp.float32).shape
+      (3, 2, 5)
+    """
+    if isinstance(axes, (int, np.integer)):
+        n = int(axes)
+        la, lb = tuple(range(a.ndim - n, a.ndim)), tuple(range(n))
+    else:
+        la, lb = (tuple(x) if isinstance(x, (list, tuple)) else (x,) for x in axes)
+    dn = ((tuple(int(i) % a.ndim for i in la), tuple(int(i) % b.ndim for i in lb)), ((), ()))
+    if set(kwargs) - {"preferred_element_type", "precision"} or len(dn[0][0]) != len(dn[0][1]):
+        return jax.numpy.tensordot(a, b, axes, **kwargs)
+    return contraction_dot_general(kwargs.pop("precision", None))(a, b, dn, **kwargs)
+
+
 CPU_LOWERINGS: dict[Callable[..., Any], Callable[..., Any]] = {
     jax.numpy.matmul: matmul_on_cpu,
     jax.numpy.linalg.matmul: matmul_on_cpu,
+    jax.numpy.tensordot: tensordot_on_cpu,
 }
 """JAX functions heddle's narrow contractions call through a CPU-specific arrangement instead."""
 

@@ -70,10 +70,21 @@ def test_transposed_narrow_contractions_compile_and_accumulate_in_float32(transf
         lambda a, b: hnp.einsum("ij,jk->ik", a, b),
         lambda a, b: hlax.dot_general(a, b, (((1,), (0,)), ((), ()))),
         lambda a, b: hlax.dot(a, b),
+        lambda a, b: hnp.tensordot(a, b, 1),
+        lambda a, b: hnp.tensordot(a, b, axes=([1], [0])),
         heddle.autocast(lambda a, b: a @ b),
         heddle.autocast(lambda a, b: jnp.einsum("ij,jk->ik", a, b)),
     ],
-    ids=["matmul", "einsum", "lax.dot_general", "lax.dot", "autocast @", "autocast einsum"],
+    ids=[
+        "matmul",
+        "einsum",
+        "lax.dot_general",
+        "lax.dot",
+        "tensordot 1",
+        "tensordot axes=",
+        "autocast @",
+        "autocast einsum",
+    ],
 )
 def test_canonical_narrow_dots_keep_their_operands_narrow(f):
     """bfloat16 x bfloat16 -> float32 on every backend: no widening for a dot the fast path takes."""
