@@ -4,7 +4,8 @@ A matrix of shapes (square 256-2048, skinny, batched, a 3-D lhs and a vmapped lh
 weight, NHWC 3x3 convolution, einsum attention, an MLP's gradient), forward and forward+backward,
 bfloat16 and float16. Per row: heddle, jax.numpy's defaults (narrow result, XLA's own accumulation)
 and the explicit code a careful user writes (``preferred_element_type=float32``, one rounding),
-timed in interleaved rounds in one process (heddle, jax.numpy, explicit in turn); the ratio is the
+timed in interleaved rounds in one process (heddle, jax.numpy, explicit in turn, the order rotated
+from round to round so that none always runs first); the ratio is the
 median over rounds of heddle's time over the time, in the same round, of the faster of the other two
 (the one with the lower median over all rounds).
 
@@ -156,9 +157,9 @@ def row(name: str, dtype: Any, backward: bool, rounds: int, budget_s: float) -> 
     runs = int(min(15, max(3, budget_s / max(time.perf_counter() - t0, 1e-6))))
     wall: list[list[float]] = [[], [], []]
     cpu: list[list[float]] = [[], [], []]
-    for _ in range(rounds):
-        for i, f in enumerate(fns):
-            w, c = _times(lambda f=f: f(*args), runs)
+    for r in range(rounds):
+        for i in (r % 3, (r + 1) % 3, (r + 2) % 3):  # each program first in a third of the rounds
+            w, c = _times(lambda f=fns[i]: f(*args), runs)
             wall[i].append(w)
             cpu[i].append(c)
 
@@ -234,7 +235,8 @@ def main(argv: list[str] | None = None) -> int:
     print(table(HEADERS, rows))
     print(f"\n{summary(rows)}\n\n{summary(rows, -2, 'Wall time')}\n")
     print(
-        f"Interleaved rounds: {rounds} (heddle, jnp, explicit in turn); each a median of 3-15 runs "
+        f"Interleaved rounds: {rounds} (heddle, jnp, explicit in turn, the order rotated each "
+        f"round); each a median of 3-15 runs "
         f"(about {budget:.2g} s of heddle per round); ratio: median over rounds of heddle's time "
         f"over that round's time of the faster alternative (jnp or explicit, the lower median over "
         f"all rounds). {time.perf_counter() - t0:.0f} s in all."
