@@ -8,8 +8,9 @@ built from them, so a small update is never rounded away by a narrow weight.
 
 The casts touch real floating leaves only: integer, bool and complex leaves, and leaves that are not
 arrays (Python numbers, functions, strings), are returned as they are, and so is every node whose
-class sets ``__heddle_keep_dtypes__ = True``: the loss-scale states of ``heddle.scaling``, whose
-float32 scale a cast of a whole train state to float16 would otherwise change. Every cast goes
+class sets ``__heddle_keep_dtypes__ = True`` (the loss-scale states of ``heddle.scaling``, whose
+float32 scale a cast of a whole train state to float16 would otherwise change) and every optax
+optimiser state (its moments and hyperparameters keep the optimiser's dtypes). Every cast goes
 through heddle's correctly rounded ``astype`` (POLICY.md 6), so a float64 master rounds once to
 bfloat16.
 """
@@ -297,8 +298,13 @@ def _cast_leaf(x: Any, dst: np.dtype) -> Any:
 
 
 def _kept(x: Any) -> bool:
-    """A node the casts leave as it is (its class says so: the loss-scale states)."""
-    return getattr(type(x), "__heddle_keep_dtypes__", False) is True
+    """A node the casts leave as it is: its class says so (the loss-scale states), or it is an
+    optax optimiser state, whose dtypes are the optimiser's (``mu_dtype``; a float16 ``eps=1e-8``
+    is 0, an ``inject_hyperparams`` bound of 2**24 is inf)."""
+    cls = type(x)
+    return getattr(cls, "__heddle_keep_dtypes__", False) is True or (
+        cls.__module__.partition(".")[0] == "optax" and hasattr(cls, "_fields")
+    )
 
 
 def _cast_tree(tree: Any, dst: np.dtype) -> Any:
@@ -316,9 +322,11 @@ def cast_to_param(tree: Any, precision: Precision | str) -> Any:
       tree: any pytree: dicts, lists, NamedTuples, equinox modules, ... Floating array leaves (JAX
         arrays, NumPy arrays and scalars, ``jax.ShapeDtypeStruct``) of another dtype are cast with
         heddle's correctly rounded ``astype``; integer, bool and complex leaves, leaves already of the
-        dtype, leaves that are not arrays (Python numbers, functions, strings) and loss-scale states
-        (``heddle.scaling.DynamicLossScale``, ``StaticLossScale``) are returned as they are. Works eagerly and under ``jax.jit``; differentiable (the derivative of the cast is
-        the cast of the tangent, as for ``jax.lax.convert_element_type``).
+        dtype, leaves that are not arrays (Python numbers, functions, strings), loss-scale states
+        (``heddle.scaling.DynamicLossScale``, ``StaticLossScale``) and optax optimiser states (their
+        moments and hyperparameters keep the optimiser's dtypes) are returned as they are. Works
+        eagerly and under ``jax.jit``; differentiable (the derivative of the cast is the cast of the
+        tangent, as for ``jax.lax.convert_element_type``).
       precision: a ``Precision`` or a string ``Precision.parse`` reads.
 
     Returns:

@@ -426,7 +426,7 @@ def test_casts_leave_loss_scale_states_alone(cast, spec, transform):
         cast, p.output_dtype
     )
     assert out["params"]["w"].dtype == want  # the rest of the tree is still cast
-    assert out["opt"].inner_state[0].trace["w"].dtype == want
+    assert out["opt"].inner_state[0].trace["w"].dtype == F32  # optax's state keeps its dtypes
     for kept, orig in (
         (out["opt"].loss_scale, train["opt"].loss_scale),
         (out["static"], train["static"]),
@@ -435,3 +435,31 @@ def test_casts_leave_loss_scale_states_alone(cast, spec, transform):
         for a, b in zip(kept, orig, strict=True):
             assert a.dtype == b.dtype and np.asarray(a).tobytes() == np.asarray(b).tobytes()
     assert scaling.loss_scale(out["opt"]).dtype == F32
+
+
+@pytest.mark.parametrize("spec", ["float16", "mixed_float16", "bfloat16"])
+def test_casts_leave_optax_states_alone(spec, transform):
+    """A train state cast to float16 used to turn Adam's eps=1e-8 into 0 and an injected
+    hyperparameter of 2**24 into inf; optimiser states keep the optimiser's dtypes."""
+    import optax
+
+    from heddle import scaling
+
+    params = {"w": jnp.ones(3, F32)}
+    opts = [
+        optax.adam(1e-3),
+        optax.inject_hyperparams(optax.adamw)(learning_rate=1e-3, eps=1e-8),
+        optax.inject_hyperparams(scaling.dynamic_loss_scale)(
+            optax.sgd(0.1), init_scale=2.0**15, max_scale=2.0**24
+        ),
+        optax.chain(optax.clip_by_global_norm(1.0), optax.adam(1e-3, mu_dtype=jnp.bfloat16)),
+    ]
+    p = Precision.parse(spec)
+    for opt in opts:
+        state = opt.init(params)
+        out = transform(lambda s: p.cast_to_compute((params, s)))(state)
+        assert out[0]["w"].dtype == p.compute_dtype
+        before, after = jax.tree.leaves(state), jax.tree.leaves(out[1])
+        assert [a.dtype for a in after] == [b.dtype for b in before]
+        for a, b in zip(after, before, strict=True):
+            assert np.asarray(a).tobytes() == np.asarray(b).tobytes()
