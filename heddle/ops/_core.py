@@ -349,22 +349,84 @@ def narrow_dot_needs_widening(lhs_ndim: int, rhs_ndim: int, dimension_numbers: A
     if not _on_cpu():
         return False
     (lc, rc), (_, rb) = dimension_numbers
-    lc = sorted(int(d) % max(lhs_ndim, 1) for d in lc)
-    trailing = lc == list(range(lhs_ndim - len(lc), lhs_ndim))
-    rhs_free = rhs_ndim - len(rc) - len(rb)
-    return not trailing and rhs_free > 1
+    return not _contracts_trailing(lhs_ndim, lc) and rhs_ndim - len(rc) - len(rb) > 1
 
 
-def contraction_dot_general(precision: Any = None) -> Callable[..., Any]:
+def _contracts_trailing(lhs_ndim: int, lhs_contract: Any) -> bool:
+    lc = sorted(int(d) % max(lhs_ndim, 1) for d in lhs_contract)
+    return lc == list(range(lhs_ndim - len(lc), lhs_ndim))
+
+
+def dot_needs_widening(lhs: Any, rhs: Any, dimension_numbers: Any) -> bool:
+    """``narrow_dot_needs_widening`` for the dot these operands will bind: under ``jax.vmap``, the
+    batched dot (a vmapped operand gains a dimension the unbatched shapes do not show); where that
+    cannot be told (nested or ragged vmaps, operands of two vmaps), True on CPU: widening is exact.
+
+    Args:
+      lhs: the lhs value (an array or a tracer).
+      rhs: the rhs value.
+      dimension_numbers: as for ``lax.dot_general``, on the unbatched shapes.
+
+    Returns:
+      True when the operands must reach the dot as float32.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from heddle.ops import _core
+      >>> a, b = jnp.ones((16, 4), jnp.bfloat16), jnp.ones((2, 16, 3), jnp.bfloat16)
+      >>> _core.dot_needs_widening(a, b[0], (((0,), (0,)), ((), ())))
+      False
+      >>> jax.vmap(lambda y: _core.dot_needs_widening(a, y, (((0,), (0,)), ((), ()))))(b) or True
+      True
+    """
+    if not _on_cpu():
+        return False
+    bl, br = _vmapped(lhs), _vmapped(rhs)
+    if not (bl or br):
+        return narrow_dot_needs_widening(np.ndim(lhs), np.ndim(rhs), dimension_numbers)
+    if bl and br and lhs._trace is not rhs._trace:
+        return True
+    lv, rv = (lhs.val if bl else lhs), (rhs.val if br else rhs)
+    lbd, rbd = (lhs.batch_dim if bl else None), (rhs.batch_dim if br else None)
+    if _vmapped(lv) or _vmapped(rv) or not all(d is None or isinstance(d, int) for d in (lbd, rbd)):
+        return True
+    if lbd is None and rbd is None:
+        return narrow_dot_needs_widening(np.ndim(lv), np.ndim(rv), dimension_numbers)
+    try:
+        dn, _ = _batch_dim_nums((np.ndim(lv), np.ndim(rv)), (lbd, rbd), dimension_numbers)
+    except Exception:  # pragma: no cover - a JAX whose batching rule differs: widen (exact)
+        return True
+    return narrow_dot_needs_widening(np.ndim(lv), np.ndim(rv), dn)
+
+
+try:
+    from jax._src.lax.lax import _dot_general_batch_dim_nums as _batch_dim_nums
+except ImportError:  # pragma: no cover - a JAX without it: vmapped narrow dots widen on CPU
+
+    def _batch_dim_nums(*_: Any) -> Any:
+        raise NotImplementedError
+
+
+def contraction_dot_general(precision: Any = None, vmapped: bool = False) -> Callable[..., Any]:
     """A ``lax.dot_general`` for contractions built on it (``jnp.einsum``'s ``_dot_general``): narrow
     operands go to the dot as they are, or widened exactly to float32 (at ``precision``) where
-    ``narrow_dot_needs_widening`` says XLA:CPU needs it."""
+    ``dot_needs_widening`` says XLA:CPU needs it. ``vmapped``: the contraction's operands are being
+    batched by ``jax.vmap`` where this dot cannot see it (inside ``jnp.einsum``'s own jit, which vmap
+    batches as a whole); a dot is then kept narrow only in the forms that stay on XLA:CPU's kernels
+    wherever a vmapped dimension lands (the lhs contracting its trailing dimensions, the rhs with at
+    most one free dimension)."""
+
+    def needs(lhs: Any, rhs: Any, dn: Any) -> bool:
+        if not (vmapped and _on_cpu()):
+            return dot_needs_widening(lhs, rhs, dn)
+        (lc, rc), (_, rb) = dn
+        return np.ndim(rhs) - len(rc) - len(rb) > 1 or not _contracts_trailing(np.ndim(lhs), lc)
 
     def dot_general(lhs: Any, rhs: Any, dimension_numbers: Any, *args: Any, **kwargs: Any) -> Any:
         narrow = {D.kind(np.dtype(lhs.dtype)), D.kind(np.dtype(rhs.dtype))} == {"f"} and min(
             np.dtype(lhs.dtype).itemsize, np.dtype(rhs.dtype).itemsize
         ) < 4
-        if narrow and narrow_dot_needs_widening(lhs.ndim, rhs.ndim, dimension_numbers):
+        if narrow and needs(lhs, rhs, dimension_numbers):
             f32 = np.dtype(np.float32)
             lhs, rhs = (
                 cast(lhs, max(np.dtype(lhs.dtype), f32, key=lambda d: d.itemsize)),
@@ -468,15 +530,14 @@ def tensordot_on_cpu(a: Any, b: Any, axes: Any = 2, **kwargs: Any) -> jax.Array:
       >>> _core.tensordot_on_cpu(a, b, ([0], [2]), preferred_element_type=jnp.float32).shape
       (3, 2, 5)
     """
-    if isinstance(axes, (int, np.integer)):
-        n = int(axes)
-        la, lb = tuple(range(a.ndim - n, a.ndim)), tuple(range(n))
-    else:
-        la, lb = (tuple(x) if isinstance(x, (list, tuple)) else (x,) for x in axes)
-    dn = ((tuple(int(i) % a.ndim for i in la), tuple(int(i) % b.ndim for i in lb)), ((), ()))
-    if set(kwargs) - {"preferred_element_type", "precision"} or len(dn[0][0]) != len(dn[0][1]):
-        return jax.numpy.tensordot(a, b, axes, **kwargs)
-    return contraction_dot_general(kwargs.pop("precision", None))(a, b, dn, **kwargs)
+    # jnp.tensordot's own checks and axes normalisation (its errors are the user's): the program
+    # is one dot_general of the two operands, whose dimension numbers are the ones to bind
+    program = jax.make_jaxpr(lambda x, y: jax.numpy.tensordot(x, y, axes, **kwargs))(a, b).jaxpr
+    (dot, *others) = [e for e in program.eqns if e.primitive.name == "dot_general"] or [None]
+    if dot is None or others or dot.invars[:2] != program.invars or dot.outvars != program.outvars:
+        return jax.numpy.tensordot(a, b, axes, **kwargs)  # pragma: no cover - another JAX's form
+    dn = dot.params["dimension_numbers"]
+    return contraction_dot_general(kwargs.get("precision"))(a, b, dn, **kwargs)
 
 
 CPU_LOWERINGS: dict[Callable[..., Any], Callable[..., Any]] = {
@@ -590,7 +651,7 @@ def _run(spec: OpSpec, plan: tuple, template: tuple, values: Sequence[Any]) -> A
             kwargs["precision"] = precision
         if comp.itemsize < 4 and _takes_dot_general(spec.fn):  # einsum: decide dot by dot
             prec = _PRECISION[active().float32_matmul_precision]
-            kwargs["_dot_general"] = contraction_dot_general(prec)
+            kwargs["_dot_general"] = contraction_dot_general(prec, any(map(_vmapped, vals)))
         if D.kind(comp) == "f" and comp.itemsize < 4 and spec.fn in CPU_LOWERINGS and _on_cpu():
             return _round_output(CPU_LOWERINGS[spec.fn](*args, **kwargs), result)
     out = spec.fn(*args, **kwargs)

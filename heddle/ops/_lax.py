@@ -55,9 +55,8 @@ def contraction_dtypes(
 
 def _widens(name: str, a: dict[str, Any]) -> bool:
     """Whether the contraction ``name`` with bound arguments ``a`` widens narrow operands."""
-    if name == "dot_general":  # dot by dot, from its dimension numbers
-        ndim = (np.ndim(a["lhs"]), np.ndim(a["rhs"]))
-        return _core.narrow_dot_needs_widening(*ndim, a["dimension_numbers"])
+    if name == "dot_general":  # dot by dot, from its dimension numbers (vmapped ones included)
+        return _core.dot_needs_widening(a["lhs"], a["rhs"], a["dimension_numbers"])
     return _core.widens_narrow_contractions(name)
 
 

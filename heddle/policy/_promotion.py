@@ -10,7 +10,7 @@ from __future__ import annotations
 import csv
 import io
 from collections.abc import Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import jax
 import numpy as np
@@ -36,13 +36,24 @@ class PromotionTable(Mapping[Pair, "np.dtype | None"]):
     def __init__(self, cells: Mapping[Pair, np.dtype | None], name: str = "custom") -> None:
         self._cells = dict(cells)
         self._name = name
-        self._hash = hash(
+        self._hash = self._cells_hash()
+
+    def _cells_hash(self) -> int:
+        return hash(
             tuple(
                 sorted(
                     (a.name, b.name, getattr(r, "name", None)) for (a, b), r in self._cells.items()
                 )
             )
         )
+
+    def __getstate__(self) -> dict[str, Any]:
+        # string hashes differ from process to process: a pickled table recomputes its own
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._hash = self._cells_hash()
 
     def __getitem__(self, key: Pair) -> np.dtype | None:
         return self._cells[key]

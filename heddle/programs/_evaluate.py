@@ -32,7 +32,7 @@ from heddle.ops._core import (
     _PRECISION,
     cast,
     contraction_operand_dtype,
-    narrow_dot_needs_widening,
+    dot_needs_widening,
     transposes_weight_on_cpu,
     widens_narrow_contractions,
 )
@@ -262,7 +262,7 @@ def _contraction(ev: Evaluator, frame: Frame, eqn: Any, seg: int) -> None:
     common = _common(ev, dl, dr)
     acc_in, acc_out = ev.acc(common), ev.acc(out)
     acc = acc_in if acc_in == acc_out else _common(ev, acc_in, acc_out)
-    operand = contraction_operand_dtype(common, acc, ev.widen and _needs_wide_operands(eqn))
+    operand = contraction_operand_dtype(common, acc, ev.widen and _needs_wide_operands(frame, eqn))
 
     def feed(a: Any, d: np.dtype) -> Any:
         if operand == acc and is_narrow(d):
@@ -295,16 +295,15 @@ def _cpu_layout(args: list[Any], params: dict[str, Any]) -> tuple[list[Any], dic
     return [a, lax.transpose(b, (1, 0)), *args[2:]], {**params, "dimension_numbers": dn}
 
 
-def _needs_wide_operands(eqn: Any) -> bool:
+def _needs_wide_operands(frame: Frame, eqn: Any) -> bool:
     """Whether a narrow contraction on CPU must widen its operands: a ``dot_general`` only where
-    XLA:CPU has no narrow kernel for its dimension numbers (as heddle.numpy's matmul and einsum
-    decide); convolutions and ragged dots always (as heddle.lax's do)."""
+    XLA:CPU has no narrow kernel for its dimension numbers, as bound (``jax.vmap`` around autocast
+    adds dimensions; heddle.numpy's matmul and einsum decide the same way); convolutions and
+    ragged dots always (as heddle.lax's do)."""
     if eqn.primitive.name != "dot_general":
         return True
-    lhs, rhs = eqn.invars[:2]
-    return narrow_dot_needs_widening(
-        len(lhs.aval.shape), len(rhs.aval.shape), eqn.params["dimension_numbers"]
-    )
+    lhs, rhs = (frame.read(v) for v in eqn.invars[:2])
+    return dot_needs_widening(lhs, rhs, eqn.params["dimension_numbers"])
 
 
 def _convert(ev: Evaluator, frame: Frame, eqn: Any, seg: int) -> None:

@@ -211,3 +211,98 @@ def test_sub_byte_float_contractions_widen_on_every_backend(transform, f):
     assert (
         np.asarray(got).view(np.uint8) == exact.astype(np.float32).astype(f4).view(np.uint8)
     ).all()
+
+
+# ---- under jax.vmap: the batched dot decides --------------------------------------------------
+
+
+def _spec(la: int, lb: int) -> str:
+    a, b = "ab", "cd"
+    b = b.replace(b[lb], a[la])
+    out = "".join(c for c in a + b if (a + b).count(c) == 1)
+    return f"{a},{b}->{out}"
+
+
+VMAPPED = {
+    "tensordot": lambda la, lb: lambda x, y: hnp.tensordot(x, y, ([la], [lb])),
+    "einsum": lambda la, lb: lambda x, y: hnp.einsum(_spec(la, lb), x, y),
+    "lax.dot_general": lambda la, lb: (
+        lambda x, y: hlax.dot_general(x, y, (((la,), (lb,)), ((), ())))
+    ),
+    "autocast einsum": lambda la, lb: heddle.autocast(lambda x, y: jnp.einsum(_spec(la, lb), x, y)),
+    "autocast tensordot": lambda la, lb: heddle.autocast(
+        lambda x, y: jnp.tensordot(x, y, ([la], [lb]))
+    ),
+}
+IN_AXES = [(None, 0), (0, None), (0, 0), (None, 1), (1, None), (None, 2), (2, None), (2, 1)]
+
+
+@pytest.mark.parametrize("name", list(VMAPPED))
+def test_vmapped_narrow_contractions_run_and_accumulate_in_float32(name):
+    """Every contraction of two 2-D operands under every placement of a vmapped dimension: a vmapped
+    operand gains a dimension the unbatched shapes do not show, and a narrow dot XLA:CPU has no
+    kernel for failed at run time (tensordot ([0], [0]) with a batched rhs, einsum "ki,kj->ij")."""
+    rng = np.random.default_rng(0)
+    failures = []
+    for la in (0, 1):
+        for lb in (0, 1):
+            for axes in IN_AXES:
+                ops = [rng.standard_normal((5, 5)).astype(ml_dtypes.bfloat16) for _ in range(2)]
+                ops = [np.stack([o, -o, 2 * o], axis=ax) if ax is not None else o
+                       for o, ax in zip(ops, axes, strict=True)]  # fmt: skip
+                f = jax.jit(jax.vmap(VMAPPED[name](la, lb), in_axes=axes))
+                try:
+                    got = np.asarray(f(*ops), np.float64)
+                except Exception as e:
+                    failures.append((la, lb, axes, type(e).__name__))
+                    continue
+                a64, b64 = (np.asarray(o, np.float64) for o in ops)
+                a64 = a64 if axes[0] is None else np.moveaxis(a64, axes[0], 0)
+                b64 = b64 if axes[1] is None else np.moveaxis(b64, axes[1], 0)
+                ref = np.stack([
+                    np.tensordot(a64 if axes[0] is None else a64[i],
+                                 b64 if axes[1] is None else b64[i], ([la], [lb]))
+                    for i in range(3)
+                ])  # fmt: skip
+                mag = np.abs(ref) + 1
+                if not (np.abs(got - ref) <= mag * 2.0**-8 + 5 * 2.0**-24 * mag).all():
+                    failures.append((la, lb, axes, "value"))
+    assert not failures
+
+
+def test_nested_vmaps_of_a_narrow_tensordot_run():
+    a = np.ones((2, 3, 16, 4), ml_dtypes.bfloat16)
+    b = np.ones((16, 5), ml_dtypes.bfloat16)
+    f = jax.vmap(
+        jax.vmap(lambda x, y: hnp.tensordot(x, y, ([0], [0])), in_axes=(0, None)), (0, None)
+    )
+    out = jax.jit(f)(a, b)
+    assert out.shape == (2, 3, 4, 5) and float(out[0, 0, 0, 0]) == 16.0
+
+
+@pytest.mark.parametrize(
+    "axes", [([3], [0]), ([1], [2]), (3, 0), (-3, 0), ([1], [0, 1]), ([1], 0), 3],
+    ids=str,
+)  # fmt: skip
+def test_tensordot_refuses_the_axes_jax_numpy_refuses(axes):
+    """Narrow operands on CPU went through heddle's own axes handling, which wrapped axis 3 of a
+    2-D operand round to axis 1 and returned a result."""
+    a, b = _operands((3, 4), (4, 5))
+    with pytest.raises((ValueError, TypeError)) as want:
+        jnp.tensordot(a.astype(np.float32), b.astype(np.float32), axes)
+    with pytest.raises(type(want.value)):
+        hnp.tensordot(a, b, axes)
+
+
+def test_tensordot_passes_out_sharding_and_precision_on():
+    a, b = _operands((4, 3), (2, 5, 4))
+    mesh = jax.make_mesh((1,), ("d",), axis_types=(jax.sharding.AxisType.Explicit,))
+    for kw in ({"out_sharding": None}, {"precision": jax.lax.Precision.HIGHEST}):
+        _within_float32_accumulation(
+            hnp.tensordot(a, b, ([0], [2]), **kw), a, b, lambda x, y: np.tensordot(x, y, ([0], [2]))
+        )
+    with jax.set_mesh(mesh):
+        out = hnp.tensordot(a, b, ([0], [2]), out_sharding=jax.P())
+    assert out.shape == (3, 2, 5)
+    text = jax.jit(lambda x, y: hnp.tensordot(x, y, 1, precision=jax.lax.Precision.HIGHEST))
+    assert "HIGHEST" in text.lower(a.T, b[0].T).as_text()

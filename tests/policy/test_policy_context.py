@@ -208,3 +208,23 @@ def test_a_trace_is_cached_under_the_policy_it_was_made_with():
     with policy.default_dtypes(float="bfloat16"):
         assert h().dtype == BF16
     assert h().dtype == F32
+
+
+def test_a_policy_pickled_in_another_process_equals_the_preset_here(tmp_path):
+    """String hashes differ between processes: a table that pickled its hash compared unequal."""
+    import os
+    import subprocess
+    import sys
+
+    path = tmp_path / "heddle.pkl"
+    code = (
+        "import pickle, sys\nfrom heddle import policy\n"
+        "open(sys.argv[1], 'wb').write(pickle.dumps((policy.HEDDLE, policy.JAX)))\n"
+    )
+    env = {**os.environ, "PYTHONHASHSEED": "12345", "JAX_PLATFORMS": "cpu"}
+    subprocess.run([sys.executable, "-c", code, str(path)], env=env, check=True, timeout=120)
+    heddle_p, jax_p = pickle.loads(path.read_bytes())
+    assert heddle_p == policy.HEDDLE and heddle_p.table == policy.HEDDLE.table
+    assert jax_p == policy.JAX and hash(heddle_p) == hash(policy.HEDDLE)
+    with policy.use(heddle_p):
+        assert _policy.active() is policy.HEDDLE  # shares the preset's caches and traces
