@@ -164,15 +164,16 @@ print("heddle.astype: no wrong result on", sum(sizes[s] for s in SOURCES) * len(
 # What the counts show (JAX and ml_dtypes versions above; the exact numbers depend on how many
 # perturbed inputs the generators draw):
 #
-# - **XLA's `convert`** rounds through float32 for float64 -> bfloat16, float64 -> float16, and the 32-
-#   and 64-bit integers -> bfloat16 and -> float8_e8m0fnu.
+# - **XLA's `convert`** rounds through float32 for float64 -> bfloat16, float64 -> float16,
+#   float64 -> float8_e8m0fnu, and the 32- and 64-bit integers -> bfloat16 and -> float8_e8m0fnu.
 # - **ml_dtypes' `astype`** before version 0.7 rounded through float32 for float64 -> bfloat16 and
 #   float64 -> every float8 and float4 format, and for the integers -> bfloat16 and -> float8_e8m0fnu;
 #   from 0.7 on it rounds once (its column is then zero but for the special values below). Its float64
 #   -> float16 is NumPy's own conversion and correct.
-# - Both also disagree with the exact reference on a few special values and at the edges of the range
-#   (the "other" column: NaN to float4, the smallest values of the power-of-two format e8m0), which
-#   heddle handles as POLICY.md 6 says.
+# - Both also disagree with the exact reference on a few special values (the "other" column: NaN to
+#   float4 and the exact tie +-464 to float8_e4m3fn in both; XLA also flushes results below float32's
+#   normal range to zero, float64 -> bfloat16 included, and misses at the smallest values of the
+#   power-of-two format e8m0), which heddle handles as POLICY.md 6 says.
 # - **heddle.astype** gives the correctly rounded result on every input. It uses XLA's `convert` where
 #   that is already correct and computes the other pairs from the bit patterns with integer arithmetic
 #   (`heddle/policy/_casts.py` picks the path; the integer arithmetic is in `heddle/policy/_bits.py`).
