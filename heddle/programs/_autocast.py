@@ -115,10 +115,6 @@ def autocast(
     return wrapped
 
 
-def _in_dtype_of(new: Any, old: Any) -> Any:
-    return new if new.dtype == old.dtype else new.astype(old.dtype)
-
-
 def _graph_nodes(args: tuple, kwargs: dict[str, Any]) -> tuple | None:
     """Where flax nnx objects (modules, ``Rngs``) are among the arguments: (nnx, leaves with them
     as leaves, the tree, their positions); ``None`` without any (or without flax loaded)."""
@@ -132,28 +128,44 @@ def _graph_nodes(args: tuple, kwargs: dict[str, Any]) -> tuple | None:
 
 def _call_on_graph(fn: Callable[..., Any], p: Policy, prec: Precision | None, graph: tuple) -> Any:
     """``_call`` for arguments holding flax nnx objects, the way ``nnx.jit`` calls a function: their
-    state goes in as arrays, and what the function writes into it (BatchNorm statistics, RNG counts)
-    is written back to the caller's objects afterwards, each value in its variable's dtype.
-    ``precision=`` casts their ``nnx.Param`` variables (and the other arguments), never the
-    statistics a layer writes in its own dtype."""
+    state goes in as arrays, and what the function writes into it (BatchNorm statistics, RNG counts,
+    new variables) is written back to the caller's objects afterwards. With ``precision=``, their
+    ``nnx.Param`` variables go in as compute-dtype copies and are not written back: the masters
+    keep their values and dtype; the other variables go in as they are."""
     nnx, leaves, tree, where = graph
     nodes = tuple(leaves[i] for i in where)
     graphdef, params, state = nnx.split(nodes, nnx.Param, ...)
     rest = [None if i in where else leaf for i, leaf in enumerate(leaves)]
 
+    rewritten: list[str] = []
+
     def pure(params: Any, rest: list, state: Any) -> tuple[Any, Any]:
+        given = {id(x) for x in jax.tree.leaves(params)}  # before the call: it may assign them
         merged = nnx.merge(graphdef, params, state)
         full = list(rest)
         for i, node in zip(where, merged, strict=True):
             full[i] = node
         a, k = jax.tree.unflatten(tree, full)
-        return fn(*a, **k), nnx.state(merged)
+        out = fn(*a, **k)
+        if prec is None:
+            return out, nnx.state(merged)
+        after = jax.tree.leaves_with_path(nnx.state(merged, nnx.Param))
+        rewritten.extend(jax.tree_util.keystr(k) for k, x in after if id(x) not in given)
+        return out, nnx.state(merged, nnx.Not(nnx.Param))
 
-    before = nnx.state(nodes)
     params, rest = (params, rest) if prec is None else prec.cast_to_compute((params, rest))
     out, written = _call(pure, p, (params, rest, state), {})
-    if jax.tree.structure(written) == jax.tree.structure(before):
-        written = jax.tree.map(_in_dtype_of, written, before)
+    if rewritten:
+        raise ValueError(
+            message(
+                f"autocast(fn, precision={str(prec)!r}) on a call that assigns nnx.Param "
+                f"variables ({', '.join(rewritten[:3])}{', ...' if len(rewritten) > 3 else ''})",
+                "with precision=, the call reads compute-dtype copies of the parameters, so an "
+                "update made to them would store roundings in the masters; nothing was written back",
+                "Autocast the loss and update outside it: grads = nnx.grad(heddle.autocast(loss, "
+                "precision=...))(model); optimizer.update(model, grads).",
+            )
+        )
     nnx.update(nodes, written)
     return out if prec is None else prec.cast_to_output(out)
 

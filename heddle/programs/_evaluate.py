@@ -19,17 +19,21 @@ Results computed at a wider dtype are rounded once to the equation's own dtype (
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
+import jax
 import numpy as np
 from jax import lax
 from jax._src import source_info_util
 from jax._src.lax.lax import canonicalize_precision
+from jax.custom_derivatives import SymbolicZero
 from jax.extend import core as jcore
 
 from heddle.ops._core import (
     _PRECISION,
+    _differentiated,
     cast,
     contraction_operand_dtype,
     dot_needs_widening,
@@ -277,9 +281,43 @@ def _contraction(ev: Evaluator, frame: Frame, eqn: Any, seg: int) -> None:
         if prec is not None:
             params["precision"] = canonicalize_precision(prec)
     args = [feed(lhs, dl), feed(rhs, dr), *map(frame.read, eqn.invars[2:])]
-    if eqn.primitive.name == "dot_general" and is_narrow(operand) and ev.widen:
+    if eqn.primitive.name != "dot_general" or not is_narrow(operand):
+        ev.bind_wide(frame, eqn, seg, args, params)
+        return
+    if any(map(_differentiated, args[:2])):  # the derivative reaches the float32 twins
+        args = [frame.wide(lhs, seg), frame.wide(rhs, seg)]
+    if ev.widen:
         args, params = _cpu_layout(args, params)
-    ev.bind_wide(frame, eqn, seg, args, params)
+    if any(map(_differentiated, args[:2])):
+        frame.write_rounded(eqn.outvars[0], _narrow_dot(*args, operand, params), seg)
+    else:
+        ev.bind_wide(frame, eqn, seg, args, params)
+
+
+def _narrow_dot(lw: Any, rw: Any, d: np.dtype, params: dict[str, Any]) -> Any:
+    """``dot_general`` of two float32 values that hold narrow (``d``) ones exactly: computed on the
+    narrow values, at the narrow dot's speed, with a derivative that reaches the float32 values
+    unrounded. JAX's own derivative of a narrow dot rounds each operand's cotangent to the narrow
+    dtype before the cotangents of a value used twice are added; here every cotangent is float32
+    and the sum is rounded once (POLICY.md 7), as for every other op autocast evaluates."""
+
+    @jax.custom_jvp
+    def dot(lw: Any, rw: Any) -> Any:
+        return lax.dot_general(cast(lw, d), cast(rw, d), **params)
+
+    @functools.partial(dot.defjvp, symbolic_zeros=True)
+    def _(primals: tuple[Any, Any], tangents: tuple[Any, Any]) -> tuple[Any, Any]:
+        lw, rw = primals
+        a, b = cast(lw, d), cast(rw, d)
+        out = lax.dot_general(a, b, **params)
+        terms = [
+            lax.dot_general(t, b, **params) if i == 0 else lax.dot_general(a, t, **params)
+            for i, t in enumerate(tangents)
+            if not isinstance(t, SymbolicZero)
+        ]
+        return out, functools.reduce(lax.add, terms) if terms else lax.zeros_like_array(out)
+
+    return dot(lw, rw)
 
 
 def _cpu_layout(args: list[Any], params: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
@@ -292,7 +330,16 @@ def _cpu_layout(args: list[Any], params: dict[str, Any]) -> tuple[list[Any], dic
     if not transposes_weight_on_cpu(a, b):
         return args, params
     dn = (((a.ndim - 1,), (1,)), ((), ()))
-    return [a, lax.transpose(b, (1, 0)), *args[2:]], {**params, "dimension_numbers": dn}
+    bt = lax.transpose(b, (1, 0))
+    if not is_narrow(_value_dtype(b)):
+        # a float32 twin: its gradient stays float32 on the way back, and the barrier keeps XLA
+        # from folding the transpose back into the weight gradient's dot (off the library path)
+        bt = lax.optimization_barrier(bt)
+    return [a, bt, *args[2:]], {**params, "dimension_numbers": dn}
+
+
+def _value_dtype(x: Any) -> np.dtype:
+    return D.dtype(np.dtype(x.dtype))
 
 
 def _needs_wide_operands(frame: Frame, eqn: Any) -> bool:

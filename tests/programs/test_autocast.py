@@ -356,3 +356,42 @@ def test_a_weight_every_scan_step_reads_gets_its_gradient_summed_in_float32(mode
         assert g.dtype == F32 and Fraction(float(g)) == 1000 * tenth
         assert float(run(jax.grad(autocast(f)))(BF16(1), xs)) == 100.0  # 100.098 rounded once
     assert heddle.audit(jax.grad(autocast(loss)), BF16(1), xs).counts["narrow_accumulation"] == 0
+
+
+# ---- a value used twice: its cotangents are summed in float32, rounded once -------------------
+
+
+def _dyadic(rng, shape, dtype):
+    """Multiples of 1/8 in [-2, 2]: every product and sum below is exact in float32."""
+    return jnp.asarray((rng.integers(-16, 17, size=shape) / 8).astype(np.float32), dtype)
+
+
+@pytest.mark.parametrize("dtype", [BF16, F16], ids=["bf16", "f16"])
+@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
+def test_a_value_used_twice_sums_its_dot_cotangents_in_float32(dtype, jit):
+    """A narrow dot's operand got its cotangent rounded to bfloat16 before the value's other uses
+    were added (tied embeddings, residual streams, q/k/v projections): 30 of 320 elements of a
+    shared weight's gradient were one ulp off the exact gradient rounded once."""
+    rng = np.random.default_rng(0)
+    x, y = _dyadic(rng, (6, 8), dtype), _dyadic(rng, (6, 8), dtype)
+    w, g = _dyadic(rng, (40, 8), dtype), _dyadic(rng, (6, 40), dtype)
+    f64 = lambda a: np.asarray(a, np.float64)
+
+    def shared(w):  # two dots with one weight
+        return ((x @ w.T).astype(F32) * g.astype(F32)).sum() + (
+            (y @ w.T).astype(F32) * g.astype(F32)
+        ).sum()
+
+    def residual(x):  # x + x @ v: the input feeds a dot and an add
+        v = w[:8]
+        return ((x + x @ v).astype(F32) * y.astype(F32)).sum()
+
+    cases = [
+        (shared, w, f64(g).T @ f64(x) + f64(g).T @ f64(y)),
+        (residual, x, f64(y) + f64(y) @ f64(w[:8]).T),
+    ]
+    for loss, at, exact in cases:
+        step = jax.grad(autocast(loss))
+        got = np.asarray((jax.jit(step) if jit else step)(at), np.float64)
+        want = np.asarray(jnp.asarray(exact, dtype), np.float64)  # exact, rounded once
+        assert (got == want).all(), f"{loss.__name__}: {int((got != want).sum())} elements off"
