@@ -289,8 +289,11 @@ def _carries(eqn: Any) -> tuple[Any, int, int]:
 
 
 def _updates(level: Level, out: Any, carry: Any) -> str | None:
-    """The summing op (``add``, ``mul``...) that makes a body's carry output from its carry input,
-    through conversions; ``None`` where the output is not such an update."""
+    """The summing op that makes a body's carry output from its carry input and terms that do not
+    depend on it (a running sum of the steps' values: ``c + x``, ``c * x``, ``c.at[i].add(x)``,
+    also behind a ``where``), through conversions; ``None`` for any other output. An update whose
+    term depends on the carry (a residual stream ``h + f(h)``, an average ``c + a * (x - c)``) is a
+    recurrence, as the same program unrolled is, not a sum."""
 
     def source(v: Any) -> Any:
         for _ in range(UPSTREAM_LIMIT):
@@ -300,14 +303,54 @@ def _updates(level: Level, out: Any, carry: Any) -> str | None:
             v = e.invars[0]
         return v
 
-    e = level.producer.get(source(out))
+    tainted = _dependents(level, carry)
+    v = source(out)
+    e = level.producer.get(v)
+    body = _call_body(e)
+    if body is not None:  # a jitted or custom-derivative function: follow the carry inside
+        inner = [b for x, b in zip(e.invars, body.invars, strict=True) if source(x) is carry]
+        others = [x for x in e.invars if source(x) is not carry]
+        if len(inner) != 1 or any(x in tainted for x in others):
+            return None
+        return _updates(Level(body), body.outvars[e.outvars.index(v)], inner[0])
+    if e is not None and e.primitive.name == "select_n":  # where(p, c + x, c): the summing branch
+        branches = [source(b) for b in e.invars[1:] if not isinstance(b, jcore.Literal)]
+        updates = [b for b in branches if b is not carry]
+        if len(updates) != 1:
+            return None
+        e = level.producer.get(updates[0])
     if e is None or e.primitive.name not in _CARRY_UPDATES:
         return None
-    reads = [source(x) for x in e.invars if not isinstance(x, jcore.Literal)]
-    return e.primitive.name if carry in reads else None
+    operands = e.invars[:1] if e.primitive.name in _SCATTERS else e.invars
+    terms = [x for x in e.invars if not isinstance(x, jcore.Literal) and source(x) is not carry]
+    if carry not in [source(x) for x in operands if not isinstance(x, jcore.Literal)]:
+        return None
+    return None if any(x in tainted for x in terms) else e.primitive.name
 
 
-_CARRY_UPDATES = frozenset({"add", "sub", "mul", "add_any"})
+def _call_body(eqn: Any) -> Any:
+    """The jaxpr a call-like equation runs on its own operands (nested jit, custom_jvp/vjp, remat),
+    or None."""
+    if eqn is None or eqn.primitive.name in LOOPS:  # an inner loop's carries are its own finding
+        return None
+    for key in ("jaxpr", "call_jaxpr", "fun_jaxpr"):
+        body = getattr(eqn.params.get(key), "jaxpr", eqn.params.get(key))
+        if isinstance(body, jcore.Jaxpr) and len(body.invars) == len(eqn.invars):
+            return body if len(body.outvars) == len(eqn.outvars) else None
+    return None
+
+
+def _dependents(level: Level, v: Any) -> set[Any]:
+    """Every variable of the level computed from ``v``."""
+    seen = {v}
+    for eqn in level.jaxpr.eqns:
+        if any(not isinstance(x, jcore.Literal) and x in seen for x in eqn.invars):
+            seen.update(eqn.outvars)
+    return seen
+
+
+_SCATTERS = frozenset({"scatter-add", "scatter_add", "scatter-mul", "scatter_mul"})
+_CARRY_UPDATES = frozenset({"add", "sub", "mul", "add_any"}) | _SCATTERS
 
 
 _TAKES_PREFERRED = frozenset(
