@@ -329,7 +329,9 @@ def narrow_dot_needs_widening(lhs_ndim: int, rhs_ndim: int, dimension_numbers: A
 
     XLA:CPU's generic dot (outside its library path) has no narrow x narrow -> float32 kernel: it
     fails on a dot whose lhs does not contract on its trailing dimensions while the rhs keeps more
-    than one free dimension (``tensordot(a, b, axes=([0], [2]))``). Such dots are widened first
+    than one free dimension (``tensordot(a, b, axes=([0], [2]))``) or has its batch dimensions
+    anywhere but in front (``einsum("bcm,cbn->bmn")``); measured over every placement of batch,
+    contracting and free dimensions in operands of rank up to 4. Such dots are widened first
     (exact); every other one keeps its narrow operands. Other backends never widen.
 
     Args:
@@ -348,8 +350,15 @@ def narrow_dot_needs_widening(lhs_ndim: int, rhs_ndim: int, dimension_numbers: A
     """
     if not _on_cpu():
         return False
-    (lc, rc), (_, rb) = dimension_numbers
-    return not _contracts_trailing(lhs_ndim, lc) and rhs_ndim - len(rc) - len(rb) > 1
+    (lc, rc), (lb, rb) = dimension_numbers
+    rhs_free = rhs_ndim - len(rc) - len(rb)
+    in_order = list(lb) == sorted(lb) and _leading(rb)
+    return not _contracts_trailing(lhs_ndim, lc) and (rhs_free > 1 or not in_order)
+
+
+def _leading(dims: Any) -> bool:
+    """The dimensions are the first ones, in order."""
+    return [int(d) for d in dims] == list(range(len(dims)))
 
 
 def _contracts_trailing(lhs_ndim: int, lhs_contract: Any) -> bool:
@@ -407,20 +416,26 @@ except ImportError:  # pragma: no cover - a JAX without it: vmapped narrow dots 
         raise NotImplementedError
 
 
-def contraction_dot_general(precision: Any = None, vmapped: bool = False) -> Callable[..., Any]:
+def contraction_dot_general(
+    precision: Any = None, vmapped: str | None = None
+) -> Callable[..., Any]:
     """A ``lax.dot_general`` for contractions built on it (``jnp.einsum``'s ``_dot_general``): narrow
     operands go to the dot as they are, or widened exactly to float32 (at ``precision``) where
     ``dot_needs_widening`` says XLA:CPU needs it. ``vmapped``: the contraction's operands are being
     batched by ``jax.vmap`` where this dot cannot see it (inside ``jnp.einsum``'s own jit, which vmap
-    batches as a whole); a dot is then kept narrow only in the forms that stay on XLA:CPU's kernels
-    wherever a vmapped dimension lands (the lhs contracting its trailing dimensions, the rhs with at
-    most one free dimension)."""
+    batches as a whole): ``"leading"`` when every vmapped dimension is the operand's first (vmap's
+    default), so it becomes a leading batch dimension or a free one; ``"other"`` otherwise, where
+    every narrow dot is widened (exact)."""
 
     def needs(lhs: Any, rhs: Any, dn: Any) -> bool:
-        if not (vmapped and _on_cpu()):
+        if vmapped is None or not _on_cpu():
             return dot_needs_widening(lhs, rhs, dn)
-        (lc, rc), (_, rb) = dn
-        return np.ndim(rhs) - len(rc) - len(rb) > 1 or not _contracts_trailing(np.ndim(lhs), lc)
+        if vmapped != "leading":
+            return True
+        (lc, rc), (lb, rb) = dn  # the worst placement: the vmapped dimension a new free one of rhs
+        rhs_free = np.ndim(rhs) - len(rc) - len(rb) + 1
+        in_order = list(lb) == sorted(lb) and _leading(rb)
+        return not _contracts_trailing(np.ndim(lhs), lc) and (rhs_free > 1 or not in_order)
 
     def dot_general(lhs: Any, rhs: Any, dimension_numbers: Any, *args: Any, **kwargs: Any) -> Any:
         narrow = {D.kind(np.dtype(lhs.dtype)), D.kind(np.dtype(rhs.dtype))} == {"f"} and min(
@@ -638,6 +653,19 @@ def _rebuild(template: tuple, values: Sequence[Any]) -> tuple[tuple[Any, ...], d
     return tuple(args), kwargs
 
 
+def _vmap_placement(values: Sequence[Any]) -> str | None:
+    """None when no value is being vmapped; ``"leading"`` when each vmapped one is vmapped along its
+    first axis (nested vmaps too); ``"other"`` otherwise."""
+    dims = []
+    for v in values:
+        while _vmapped(v):
+            dims.append(v.batch_dim)
+            v = v.val
+    if not dims:
+        return None
+    return "leading" if all(d == 0 for d in dims) else "other"
+
+
 def _run(spec: OpSpec, plan: tuple, template: tuple, values: Sequence[Any]) -> Any:
     """Steps 2-4: convert explicitly, call JAX with the accumulation dtype, round once."""
     _, result, to, comp, acc, precision, _ = plan
@@ -651,7 +679,7 @@ def _run(spec: OpSpec, plan: tuple, template: tuple, values: Sequence[Any]) -> A
             kwargs["precision"] = precision
         if comp.itemsize < 4 and _takes_dot_general(spec.fn):  # einsum: decide dot by dot
             prec = _PRECISION[active().float32_matmul_precision]
-            kwargs["_dot_general"] = contraction_dot_general(prec, any(map(_vmapped, vals)))
+            kwargs["_dot_general"] = contraction_dot_general(prec, _vmap_placement(vals))
         if D.kind(comp) == "f" and comp.itemsize < 4 and spec.fn in CPU_LOWERINGS and _on_cpu():
             return _round_output(CPU_LOWERINGS[spec.fn](*args, **kwargs), result)
     out = spec.fn(*args, **kwargs)

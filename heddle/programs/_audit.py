@@ -154,6 +154,8 @@ def _x64_arguments(leaves: list[Any], dynamic: list[int]) -> list[RawFinding]:
         return []
     out = []
     for n, i in enumerate(dynamic):
+        if jax.dtypes.issubdtype(leaves[i].dtype, jax.dtypes.extended):
+            continue  # PRNG keys (nnx.Rngs, jax.random.key): no NumPy dtype, never float64
         d = np.dtype(leaves[i].dtype)
         if d.itemsize == 8 or d == np.complex128:
             narrow = {"f": "float32", "c": "complex64", "i": "int32", "u": "uint32"}[d.kind]

@@ -250,8 +250,10 @@ class Walker(ConversionRules):
         steps = eqn.params.get("length")
         for i in range(count):
             carry, out = body.invars[first + i], body.outvars[i]
+            if isinstance(out, jcore.Literal):  # a constant carry: nothing is summed into it
+                continue
             d = policy_dtype(carry.aval)
-            if d is None or not D.is_float(d) or holds(d, acc_dtype(d)) or steps == 1:
+            if d is None or not D.is_float(d) or holds(d, acc_dtype(d)) or steps in (0, 1):
                 continue
             op = _updates(level, out, carry)
             if op is None:
@@ -297,6 +299,8 @@ def _updates(level: Level, out: Any, carry: Any) -> str | None:
 
     def source(v: Any) -> Any:
         for _ in range(UPSTREAM_LIMIT):
+            if isinstance(v, jcore.Literal):
+                return v
             e = level.producer.get(v)
             if e is None or e.primitive.name not in _CARRY_PATH:
                 return v
@@ -305,12 +309,12 @@ def _updates(level: Level, out: Any, carry: Any) -> str | None:
 
     tainted = _dependents(level, carry)
     v = source(out)
-    e = level.producer.get(v)
+    e = None if isinstance(v, jcore.Literal) else level.producer.get(v)
     body = _call_body(e)
     if body is not None:  # a jitted or custom-derivative function: follow the carry inside
         inner = [b for x, b in zip(e.invars, body.invars, strict=True) if source(x) is carry]
         others = [x for x in e.invars if source(x) is not carry]
-        if len(inner) != 1 or any(x in tainted for x in others):
+        if len(inner) != 1 or any(_reads(x, tainted) for x in others):
             return None
         return _updates(Level(body), body.outvars[e.outvars.index(v)], inner[0])
     if e is not None and e.primitive.name == "select_n":  # where(p, c + x, c): the summing branch
@@ -322,10 +326,10 @@ def _updates(level: Level, out: Any, carry: Any) -> str | None:
     if e is None or e.primitive.name not in _CARRY_UPDATES:
         return None
     operands = e.invars[:1] if e.primitive.name in _SCATTERS else e.invars
-    terms = [x for x in e.invars if not isinstance(x, jcore.Literal) and source(x) is not carry]
-    if carry not in [source(x) for x in operands if not isinstance(x, jcore.Literal)]:
-        return None
-    return None if any(x in tainted for x in terms) else e.primitive.name
+    terms = [x for x in e.invars if source(x) is not carry]  # literals too: c + 1.0 counts
+    if not terms or carry not in [source(x) for x in operands]:
+        return None  # c + c doubles: nothing is summed
+    return None if any(_reads(x, tainted) for x in terms) else e.primitive.name
 
 
 def _call_body(eqn: Any) -> Any:
@@ -338,6 +342,10 @@ def _call_body(eqn: Any) -> Any:
         if isinstance(body, jcore.Jaxpr) and len(body.invars) == len(eqn.invars):
             return body if len(body.outvars) == len(eqn.outvars) else None
     return None
+
+
+def _reads(x: Any, tainted: set[Any]) -> bool:
+    return not isinstance(x, jcore.Literal) and x in tainted
 
 
 def _dependents(level: Level, v: Any) -> set[Any]:

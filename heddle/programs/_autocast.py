@@ -9,7 +9,9 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
+from jax import lax
 
 from heddle.policy._errors import message
 from heddle.policy._policy import Policy, active, use
@@ -130,44 +132,40 @@ def _call_on_graph(fn: Callable[..., Any], p: Policy, prec: Precision | None, gr
     """``_call`` for arguments holding flax nnx objects, the way ``nnx.jit`` calls a function: their
     state goes in as arrays, and what the function writes into it (BatchNorm statistics, RNG counts,
     new variables) is written back to the caller's objects afterwards. With ``precision=``, their
-    ``nnx.Param`` variables go in as compute-dtype copies and are not written back: the masters
-    keep their values and dtype; the other variables go in as they are."""
+    ``nnx.Param`` variables go in as compute-dtype copies, and a Param comes back as its master plus
+    the change the call made to its copy (none: the master, bit for bit); the other variables go in
+    as they are."""
     nnx, leaves, tree, where = graph
     nodes = tuple(leaves[i] for i in where)
-    graphdef, params, state = nnx.split(nodes, nnx.Param, ...)
+    graphdef, masters, state = nnx.split(nodes, nnx.Param, ...)
     rest = [None if i in where else leaf for i, leaf in enumerate(leaves)]
 
-    rewritten: list[str] = []
-
-    def pure(params: Any, rest: list, state: Any) -> tuple[Any, Any]:
-        given = {id(x) for x in jax.tree.leaves(params)}  # before the call: it may assign them
+    def pure(params: Any, rest: list, state: Any) -> tuple[Any, Any, Any]:
         merged = nnx.merge(graphdef, params, state)
         full = list(rest)
         for i, node in zip(where, merged, strict=True):
             full[i] = node
         a, k = jax.tree.unflatten(tree, full)
         out = fn(*a, **k)
-        if prec is None:
-            return out, nnx.state(merged)
-        after = jax.tree.leaves_with_path(nnx.state(merged, nnx.Param))
-        rewritten.extend(jax.tree_util.keystr(k) for k, x in after if id(x) not in given)
-        return out, nnx.state(merged, nnx.Not(nnx.Param))
+        return out, nnx.state(merged, nnx.Param), nnx.state(merged, nnx.Not(nnx.Param))
 
-    params, rest = (params, rest) if prec is None else prec.cast_to_compute((params, rest))
-    out, written = _call(pure, p, (params, rest, state), {})
-    if rewritten:
-        raise ValueError(
-            message(
-                f"autocast(fn, precision={str(prec)!r}) on a call that assigns nnx.Param "
-                f"variables ({', '.join(rewritten[:3])}{', ...' if len(rewritten) > 3 else ''})",
-                "with precision=, the call reads compute-dtype copies of the parameters, so an "
-                "update made to them would store roundings in the masters; nothing was written back",
-                "Autocast the loss and update outside it: grads = nnx.grad(heddle.autocast(loss, "
-                "precision=...))(model); optimizer.update(model, grads).",
-            )
-        )
-    nnx.update(nodes, written)
+    copies, rest = (masters, rest) if prec is None else prec.cast_to_compute((masters, rest))
+    out, params, others = _call(pure, p, (copies, rest, state), {})
+    if prec is not None and jax.tree.structure(params) == jax.tree.structure(masters):
+        params = jax.tree.map(_master_plus_change, masters, copies, params)
+    nnx.update(nodes, params, others)
     return out if prec is None else prec.cast_to_output(out)
+
+
+def _master_plus_change(master: Any, copy: Any, new: Any) -> Any:
+    """A master weight after a call that read its compute-dtype ``copy`` and left ``new`` in its
+    place: the master itself where nothing changed, else master + (new - copy) in its dtype."""
+    if new is copy:
+        return master
+    change = lax.convert_element_type(new, master.dtype) - lax.convert_element_type(
+        copy, master.dtype
+    )
+    return jnp.where(new == copy, master, master + change)
 
 
 def _call(fn: Callable[..., Any], p: Policy, args: tuple, kwargs: dict[str, Any]) -> Any:

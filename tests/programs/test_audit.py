@@ -712,3 +712,29 @@ def test_a_carry_whose_update_reads_the_carry_is_not_a_sum(wrap, fn):
 def test_a_float32_or_unsummed_carry_is_not_reported(fn, init):
     x = jnp.full(1000, 0.1, init.dtype)
     assert not [f for f in audit(fn, x, init) if f.kind == "narrow_accumulation"]
+
+
+@pytest.mark.parametrize(
+    ("body", "length"),
+    [
+        (lambda c, x: (jnp.asarray(1.0, BF), None), 10),  # a constant carry (a literal output)
+        (lambda c, x: (c + c, None), 3),  # doubling: nothing summed
+        (lambda c, x: (c + x, None), 0),  # no steps
+    ],
+    ids=["literal carry", "c + c", "length 0"],
+)
+def test_carries_that_sum_nothing_are_neither_reported_nor_a_crash(body, length):
+    xs = jnp.full(length, 0.1, BF)
+    f = lambda c, xs: lax.scan(body, c, xs)[0]
+    assert not [r for r in audit(f, jnp.zeros((), BF), xs) if r.kind == "narrow_accumulation"]
+
+
+def test_prng_key_arguments_are_audited():
+    """A typed PRNG key (jax.random.key, an nnx.Rngs stream) has no NumPy dtype: the audit's
+    float64 check raised TypeError on it."""
+    report = audit(
+        lambda k, x: jax.random.normal(k, (3,), BF) + x,
+        jax.random.key(0),
+        jax.ShapeDtypeStruct((3,), BF),
+    )
+    assert report.counts["float64_unavailable"] == 0
