@@ -409,7 +409,10 @@ MISCLASSIFIED: dict[str, str] = {
 # Names that do not run at all for some inputs, with the reproducer's gist.
 BROKEN: dict[str, str] = {}
 # Names whose output shape depends on the values: they cannot run inside one jitted kernel
-EAGER_BROKEN: dict[str, str] = {}
+EAGER_BROKEN: dict[str, str] = {
+    "roots": "its shape depends on the values (under jit it refuses, as jax.numpy.roots does); "
+    "eagerly it is always complex, the companion matrix's eigenvalues, as jax.numpy.roots gives",
+}
 
 
 def _call_args(name: str, d) -> tuple[tuple, dict]:
