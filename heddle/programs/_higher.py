@@ -163,13 +163,20 @@ def _cond(ev: Any, frame: Frame, eqn: Any) -> None:
     _rebind(ev, frame, eqn, branches=tuple(retrace(ev, b) for b in eqn.params["branches"]))
 
 
+def _custom_call(ev: Any, eqn: Any) -> tuple[dict[str, Any], int, Any]:
+    """A custom_jvp/custom_vjp call's bind parameters, its number of constants, and its primal
+    function evaluated under the rules (the derivative rule is each caller's own)."""
+    params = eqn.primitive.get_bind_params(eqn.params)
+    call = eqn.params["call_jaxpr"]
+    fun = lu.wrap_init(body(ev, call), debug_info=call.jaxpr.debug_info)
+    return params, eqn.params["num_consts"], fun
+
+
 def _custom_jvp(ev: Any, frame: Frame, eqn: Any) -> None:
     from jax._src.custom_derivatives import SymbolicZero
 
-    params = eqn.primitive.get_bind_params(eqn.params)
-    call, num_consts = eqn.params["call_jaxpr"], eqn.params["num_consts"]
+    params, num_consts, fun = _custom_call(ev, eqn)
     jvp_jaxpr_fun = eqn.params["jvp_jaxpr_fun"]
-    fun = lu.wrap_init(body(ev, call), debug_info=call.jaxpr.debug_info)
 
     def jvp(*xs: Any) -> list[Any]:
         n = len(xs) // 2
@@ -193,10 +200,8 @@ def _custom_jvp(ev: Any, frame: Frame, eqn: Any) -> None:
 def _custom_vjp(ev: Any, frame: Frame, eqn: Any) -> None:
     from jax._src.interpreters import ad
 
-    params = eqn.primitive.get_bind_params(eqn.params)
-    call, num_consts = eqn.params["call_jaxpr"], eqn.params["num_consts"]
+    params, num_consts, fun = _custom_call(ev, eqn)
     fwd_thunk = eqn.params["fwd_jaxpr_thunk"]
-    fun = lu.wrap_init(body(ev, call), debug_info=call.jaxpr.debug_info)
 
     def fwd(*args: Any) -> list[Any]:
         vals, nonzeros = args[::2], args[1::2]
