@@ -132,9 +132,9 @@ def _call_on_graph(fn: Callable[..., Any], p: Policy, prec: Precision | None, gr
     """``_call`` for arguments holding flax nnx objects, the way ``nnx.jit`` calls a function: their
     state goes in as arrays, and what the function writes into it (BatchNorm statistics, RNG counts,
     new variables) is written back to the caller's objects afterwards. With ``precision=``, their
-    ``nnx.Param`` variables go in as compute-dtype copies, and a Param comes back as its master plus
-    the change the call made to its copy (none: the master, bit for bit); the other variables go in
-    as they are."""
+    ``nnx.Param`` variables go in as compute-dtype copies and come back as ``_masters_after`` says
+    (what the call did not change: the master, bit for bit); the other variables go in as they
+    are."""
     nnx, leaves, tree, where = graph
     nodes = tuple(leaves[i] for i in where)
     graphdef, masters, state = nnx.split(nodes, nnx.Param, ...)
@@ -151,21 +151,39 @@ def _call_on_graph(fn: Callable[..., Any], p: Policy, prec: Precision | None, gr
 
     copies, rest = (masters, rest) if prec is None else prec.cast_to_compute((masters, rest))
     out, params, others = _call(pure, p, (copies, rest, state), {})
-    if prec is not None and jax.tree.structure(params) == jax.tree.structure(masters):
-        params = jax.tree.map(_master_plus_change, masters, copies, params)
+    if prec is not None:
+        params = _masters_after(masters, copies, params)
     nnx.update(nodes, params, others)
     return out if prec is None else prec.cast_to_output(out)
 
 
-def _master_plus_change(master: Any, copy: Any, new: Any) -> Any:
-    """A master weight after a call that read its compute-dtype ``copy`` and left ``new`` in its
-    place: the master itself where nothing changed, else master + (new - copy) in its dtype."""
+def _masters_after(masters: Any, copies: Any, params: Any) -> Any:
+    """The Params after a call that read compute-dtype ``copies`` of the ``masters`` and left
+    ``params``: each element the call did not change is its master, bit for bit; an element it
+    assigned is the assigned value in the master's dtype; a Param it created, or changed in shape,
+    is what the call left."""
+    by_path = {
+        jax.tree_util.keystr(k): (m, c)
+        for (k, m), c in zip(
+            jax.tree_util.tree_flatten_with_path(masters)[0],
+            jax.tree.leaves(copies),
+            strict=True,
+        )
+    }
+    flat, tree = jax.tree_util.tree_flatten_with_path(params)
+    return jax.tree.unflatten(
+        tree,
+        [_master_or_assigned(*by_path.get(jax.tree_util.keystr(k), (x, x)), x) for k, x in flat],
+    )
+
+
+def _master_or_assigned(master: Any, copy: Any, new: Any) -> Any:
     if new is copy:
         return master
-    change = lax.convert_element_type(new, master.dtype) - lax.convert_element_type(
-        copy, master.dtype
-    )
-    return jnp.where(new == copy, master, master + change)
+    if np.shape(new) != np.shape(master) or not jnp.issubdtype(master.dtype, jnp.floating):
+        return new
+    kept = (new == copy) | (jnp.isnan(new) & jnp.isnan(copy))
+    return jnp.where(kept, master, lax.convert_element_type(new, master.dtype))
 
 
 def _call(fn: Callable[..., Any], p: Policy, args: tuple, kwargs: dict[str, Any]) -> Any:

@@ -165,21 +165,39 @@ def test_precision_keeps_masters_through_nnx_transforms_inside_the_call():
     assert g.lin.kernel[...].dtype == F32
 
 
-def test_precision_with_an_optimizer_inside_moves_the_masters_by_the_change_made():
-    """An update made inside the call to the compute-dtype copies reaches the float32 masters as
-    master + (new copy - old copy): a master never becomes its own rounding."""
+def test_precision_with_an_optimizer_inside_stores_what_it_assigned_and_keeps_the_rest():
+    """Elements the call leaves unchanged keep their float32 masters bit for bit; an element it
+    assigns (an optimizer update, a reset, nan_to_num) is the assigned value, never the master plus
+    a rounded difference (that turned inf masters into NaN and a reset to 0 into the residual)."""
     import optax
 
-    model = nnx.Linear(1, 1, use_bias=False, rngs=nnx.Rngs(0))
-    model.kernel[...] = jnp.full((1, 1), 1 + 2.0**-12, F32)  # not a bfloat16 value
+    model = nnx.Linear(2, 1, use_bias=False, rngs=nnx.Rngs(0))
+    model.kernel[...] = jnp.asarray([[1 + 2.0**-12], [1 + 2.0**-12]], F32)  # not bfloat16 values
     opt = nnx.Optimizer(model, optax.sgd(2.0**-4), wrt=nnx.Param)
-    x = jnp.ones((1, 1), F32)
+    x = jnp.asarray([[1.0, 0.0]], F32)  # dL/dw = x: the second weight gets no update
 
     def step(model, opt):
         opt.update(model, nnx.grad(lambda m: m(x).astype(F32).sum())(model))
 
     heddle.autocast(step, precision=MIXED)(model, opt)
-    # the copy bf16(1 + 2**-12) = 1, dL/dw = x = 1: the copy becomes 1 - 2**-4; the master moves
-    # by exactly that change and keeps its own low bits
-    assert float(model.kernel[0, 0]) == 1 + 2.0**-12 - 2.0**-4
+    # the copy bf16(1 + 2**-12) = 1 becomes 1 - 2**-4; the untouched one keeps its master's bits
     assert model.kernel[...].dtype == F32 and int(opt.step[...]) == 1
+    assert np.asarray(model.kernel[...]).ravel().tolist() == [1 - 2.0**-4, 1 + 2.0**-12]
+
+
+def test_precision_assignments_inside_the_call_are_stored_as_assigned():
+    class W(nnx.Module):
+        def __init__(self, v):
+            self.w = nnx.Param(jnp.asarray(v, F32))
+
+    def clean(m):
+        m.w[...] = jnp.nan_to_num(m.w[...], posinf=1.0, neginf=-1.0)
+
+    def reset(m):
+        m.w[...] = jnp.zeros_like(m.w[...])
+
+    m = W([np.nan, np.inf, -np.inf, 1 + 2.0**-12, 2.0])
+    heddle.autocast(clean, precision=MIXED)(m)
+    assert np.asarray(m.w[...]).tolist() == [0.0, 1.0, -1.0, 1 + 2.0**-12, 2.0]
+    heddle.autocast(reset, precision=MIXED)(m)
+    assert np.asarray(m.w[...]).tolist() == [0.0] * 5 and m.w[...].dtype == F32
