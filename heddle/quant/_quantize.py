@@ -79,14 +79,81 @@ def _layout(shape: tuple[int, ...], fmt: Format, axis: int | None, block: int | 
 
 
 def _mx_scale(absmax: jax.Array, bad: jax.Array, fmt: Format) -> tuple[jax.Array, jax.Array]:
-    """(float8_e8m0fnu scales, their unbiased exponents as int32); NaN scales where ``bad``."""
-    _, e = jnp.frexp(absmax)  # absmax = m * 2**e with m in [0.5, 1): floor(log2) = e - 1
+    """(float8_e8m0fnu scales, their unbiased exponents as int32); NaN scales where ``bad``.
+
+    The shared exponent is clamped to e8m0's ``[-127, 127]``: a block below ``2**(-127 +
+    emax_elem)`` keeps the scale ``2**-127`` and its values are rounded relative to it (OCP MX
+    v1.0 6.3's reference code clamps the same way), so whatever the elements can hold at that
+    scale survives.
+    """
+    if absmax.dtype == np.float32:  # from the bits: frexp of a subnormal reads it as zero
+        e = _floor_log2_f32(absmax) + np.int32(1)
+    else:
+        _, e = jnp.frexp(absmax)  # absmax = m * 2**e with m in [0.5, 1): floor(log2) = e - 1
     shared = jnp.clip(e - np.int32(1 + fmt.emax), -127, 127).astype(jnp.int32)
-    shared = jnp.where(absmax == 0, np.int32(-127), shared)
+    zero = _abs_bits(absmax) == 0 if absmax.dtype == np.float32 else absmax == 0
+    shared = jnp.where(zero, np.int32(-127), shared)
     shared = jnp.where(bad, np.int32(0), shared)  # codes at scale 1: the same on any layout
     bits = (shared + np.int32(127)).astype(jnp.uint8)
     bits = jnp.where(bad, np.uint8(0xFF), bits)  # 0xFF: e8m0 NaN
     return lax.bitcast_convert_type(bits, jnp.dtype(fmt.scale_dtype)), shared
+
+
+# float32 subnormals. XLA on CPU flushes them to zero as operands and as results of float
+# arithmetic (max, frexp, products and quotients alike), but integer and bit operations see them.
+# The float32 path therefore finds a block's absmax and exponent from the bits, and moves a block
+# whose absmax is below ``2**-60`` up by ``2**64`` (exactly, in the bits) before dividing, so that
+# no operand of the quotient is subnormal; products that land below ``2**-126`` are moved back down
+# by ``_ldexp_f32``, which rounds into the subnormal range itself.
+_LIFT = 64
+_LIFT_BELOW = np.uint32((127 - 60) << 23)  # the bits of 2**-60 as a float32 magnitude
+
+
+def _abs_bits(x: jax.Array) -> jax.Array:
+    """The magnitude bits of float32 ``x`` (uint32): ordered as the magnitudes, NaN above inf."""
+    return lax.bitcast_convert_type(x, jnp.uint32) & np.uint32(0x7FFFFFFF)
+
+
+def _floor_log2_f32(a: jax.Array) -> jax.Array:
+    """``floor(log2(a))`` (int32) of float32 magnitudes ``a > 0``, subnormals included."""
+    b = _abs_bits(a)
+    ex = (b >> np.uint32(23)).astype(jnp.int32)
+    frac = b & np.uint32(0x7FFFFF)
+    sub = np.int32(31 - 149) - lax.clz(frac).astype(jnp.int32)  # frac * 2**-149
+    return jnp.where(ex == 0, sub, ex - np.int32(127))
+
+
+def _ldexp_f32(x: jax.Array, k: jax.Array) -> jax.Array:
+    """``x * 2**k`` for float32 ``x`` (subnormals included) and int32 ``k``, in the bits.
+
+    Exact unless the result is subnormal, where it is rounded to nearest, ties to even; past
+    float32's largest value it is inf. Zeros, inf and NaN are returned unchanged.
+    """
+    b = lax.bitcast_convert_type(x, jnp.uint32)
+    sign = b & np.uint32(0x80000000)
+    mag = b & np.uint32(0x7FFFFFFF)
+    ex = (mag >> np.uint32(23)).astype(jnp.int32)
+    frac = mag & np.uint32(0x7FFFFF)
+    lz = jnp.maximum(lax.clz(frac).astype(jnp.int32) - np.int32(8), 0)  # subnormal: to bit 23
+    sig = jnp.where(ex == 0, frac << lz.astype(jnp.uint32), frac | np.uint32(0x800000))
+    ne = jnp.where(ex == 0, np.int32(1) - lz, ex) + k  # biased exponent of the result
+    normal = (jnp.clip(ne, 1, 254).astype(jnp.uint32) << np.uint32(23)) | (
+        sig & np.uint32(0x7FFFFF)
+    )
+    sh = jnp.clip(np.int32(1) - ne, 1, 25).astype(jnp.uint32)  # subnormal result: shift right
+    q = sig >> sh
+    rem = sig & ((np.uint32(1) << sh) - np.uint32(1))
+    half = np.uint32(1) << (sh - np.uint32(1))
+    up = (rem > half) | ((rem == half) & ((q & np.uint32(1)) == 1))
+    sub = q + up.astype(jnp.uint32)  # a carry to 2**23 is the smallest normal: still right
+    out = jnp.where(ne >= 255, np.uint32(0x7F800000), jnp.where(ne >= 1, normal, sub))
+    out = jnp.where((mag == 0) | (ex == 255), mag, out)
+    return lax.bitcast_convert_type(out | sign, jnp.float32)
+
+
+def _lift(a_bits: jax.Array) -> jax.Array:
+    """The exponent (int32) a float32 block is moved up by: ``_LIFT`` below ``2**-60``, else 0."""
+    return jnp.where(a_bits < _LIFT_BELOW, np.int32(_LIFT), np.int32(0))
 
 
 def _pow2(k: jax.Array, d: np.dtype) -> jax.Array:
@@ -181,13 +248,32 @@ def _quantize(x: jax.Array, f: Format, ax: int, block: int | None, per_tensor: b
     b = block or n
     xb = _sharding.split(xc, k, b)  # blocks: no transposes
     red = tuple(range(xb.ndim)) if per_tensor else (k + 1,)
-    absmax = jnp.max(jnp.abs(xb), axis=red, keepdims=True)
     # Explicit, not by max propagating NaN: a cross-device max can drop it.
     bad = jnp.any(~jnp.isfinite(xb), axis=red, keepdims=True)
+    if cd == np.float32:  # the bits: a float max reads subnormals as zero
+        a_bits = jnp.max(_abs_bits(xb), axis=red, keepdims=True)
+        absmax = lax.bitcast_convert_type(a_bits, jnp.float32)
+    else:
+        absmax = jnp.max(jnp.abs(xb), axis=red, keepdims=True)
     if f.family == "mx":
         scales, shared = _mx_scale(absmax, bad, f)
-        half = -shared // 2  # two exact power-of-two steps: 2**-shared may not be a normal float
-        v = xb * _pow2(half, cd) * _pow2(-shared - half, cd)
+        if cd == np.float32:
+            v = _ldexp_f32(xb, -shared)  # exact: the element range is normal in float32
+        else:
+            half = -shared // 2  # two exact power-of-two steps: 2**-shared may not be normal
+            v = xb * _pow2(half, cd) * _pow2(-shared - half, cd)
+    elif cd == np.float32:
+        # A block below 2**-60 is moved up by 2**64 in the bits, its scale computed there and
+        # moved back down: the scale is absmax / qmax rounded once (or 2**-126, the smallest
+        # normal, below that) and the quotient x / s one rounding, subnormal x included.
+        lift = _lift(a_bits)
+        s_up = _ldexp_f32(absmax, lift) / np.float32(f.qmax)
+        s_up = jnp.maximum(s_up, _pow2(lift - np.int32(126), cd))
+        s = jnp.where(a_bits == 0, np.float32(0), s_up * _pow2(-lift, cd))  # normal: exact
+        s = jnp.where(bad, np.float32(np.nan), s)
+        safe = jnp.where((s == 0) | bad, np.float32(1), s_up)
+        v = _ldexp_f32(xb, lift) / _divisor(safe, xb)
+        scales = s
     else:
         s = absmax / np.array(f.qmax, cd)
         s = jnp.where(absmax == 0, s, jnp.maximum(s, np.array(_TINY, cd)))  # a normal float32
@@ -278,13 +364,20 @@ def values(q: QArray, cd: np.dtype) -> jax.Array:
     el = hnp.astype(decode(codes(q), q.fmt), cd)
     k = el.ndim + q.axis
     blocks = _sharding.split(el, k, q.length // q.scales.shape[k])
-    if q.fmt.family == "mx":  # times 2**e in two exact steps: 2**-127 is no normal float32
+    if q.fmt.family == "mx":  # times 2**e, exactly: 2**-127 is no normal float32
         bits = lax.bitcast_convert_type(q.scales, jnp.uint8)
         e = bits.astype(jnp.int32) - np.int32(127)
         e = jnp.expand_dims(jnp.where(bits == 0xFF, np.int32(0), e), k + 1)
-        half = e // 2
-        v = blocks * _pow2(half, cd) * _pow2(e - half, cd)
+        if cd == np.float32:  # in the bits: a product below 2**-126 would be flushed to zero
+            v = _ldexp_f32(blocks, e)
+        else:
+            half = e // 2
+            v = blocks * _pow2(half, cd) * _pow2(e - half, cd)
         v = jnp.where(jnp.expand_dims(bits == 0xFF, k + 1), np.array(np.nan, cd), v)
+    elif cd == np.float32:  # a small scale moved up by 2**64 and the product moved back down
+        s = jnp.expand_dims(hnp.astype(q.scales, cd), k + 1)
+        lift = jnp.where(jnp.abs(s) < np.float32(2.0**-60), np.int32(_LIFT), np.int32(0))
+        v = _ldexp_f32(blocks * (s * _pow2(lift, cd)), -lift)
     else:
         v = blocks * jnp.expand_dims(hnp.astype(q.scales, cd), k + 1)
     return _sharding.merge(v, k)
