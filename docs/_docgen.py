@@ -58,6 +58,8 @@ def attribute_doc(module_name: str, name: str) -> str | None:
         if spec is None or not spec.origin or not spec.origin.endswith(".py"):
             continue
         body = ast.parse(pathlib.Path(spec.origin).read_text()).body
+        # names a module resolves lazily are named for readers in an ``if TYPE_CHECKING:`` block
+        body += [n for b in body if _is_type_checking(b) for n in b.body]
         for i, node in enumerate(body):
             targets: list[str] = []
             if isinstance(node, ast.Assign):
@@ -76,6 +78,13 @@ def attribute_doc(module_name: str, name: str) -> str | None:
             ):
                 todo += [(node.module, a.name) for a in node.names if (a.asname or a.name) == attr]
     return None
+
+
+def _is_type_checking(node: ast.stmt) -> bool:
+    return isinstance(node, ast.If) and ast.unparse(node.test) in (
+        "TYPE_CHECKING",
+        "typing.TYPE_CHECKING",
+    )
 
 
 def members(cls: type) -> list[tuple[str, Any]]:

@@ -3,6 +3,8 @@
 See POLICY.md. Everything here is pure metadata except ``enforce`` (a JAX config scope).
 """
 
+from typing import TYPE_CHECKING, Any
+
 from heddle.policy._dtypes import ALIASES as ALIASES
 from heddle.policy._dtypes import DTYPES as DTYPES
 from heddle.policy._dtypes import dtype as dtype
@@ -35,10 +37,33 @@ from heddle.policy._rules import reduction_dtypes as reduction_dtypes
 from heddle.policy._rules import result_dtype as result_dtype
 from heddle.policy._scalars import result_type as result_type
 from heddle.policy._table import table as table
-from heddle.programs._audit import KINDS as AUDIT_KINDS
-from heddle.programs._audit import AuditReport as AuditReport
-from heddle.programs._audit import Finding as Finding
-from heddle.programs._audit import audit as audit
+
+# The audit lives in ``heddle.programs`` (the layer that reads traced programs), and its public path
+# is ``heddle.audit``. These names are the same objects, resolved on first use, so that importing the
+# rules layer never imports the layers above it.
+if TYPE_CHECKING:
+    from heddle.programs._audit import KINDS as AUDIT_KINDS
+    from heddle.programs._audit import AuditReport as AuditReport
+    from heddle.programs._audit import Finding as Finding
+    from heddle.programs._audit import audit as audit
+
+_AUDIT_NAMES = {
+    "audit": "audit",
+    "AuditReport": "AuditReport",
+    "Finding": "Finding",
+    "AUDIT_KINDS": "KINDS",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _AUDIT_NAMES:
+        from heddle.programs import _audit
+
+        value = getattr(_audit, _AUDIT_NAMES[name])
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'heddle.policy' has no attribute {name!r}")
+
 
 __all__ = [
     "ALIASES",

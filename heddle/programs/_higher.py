@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -84,19 +85,20 @@ def _inline(ev: Any, frame: Frame, eqn: Any, closed: Any) -> None:
             frame.inherit(v, inner, a)
 
 
-_RETRACED: dict[tuple, tuple[Any, Any]] = {}
+# Rewritten bodies of sharded jits, keyed weakly on the original body: an entry lives as long as JAX
+# keeps that body (its own caches, a user's closure), never longer, so a fresh closure per step over
+# new weights leaves nothing behind.
+_RETRACED: weakref.WeakKeyDictionary[Any, dict[tuple[Any, bool], Any]] = weakref.WeakKeyDictionary()
 
 
 def _retraced_jit_body(ev: Any, closed: Any) -> Any:
     """The rewritten body of a jitted function, one per (body, policy): an eager call of the same
     library function reuses it, so it is compiled once, as the original is."""
-    key = (id(closed), id(ev.p), ev.widen)
-    hit = _RETRACED.get(key)
-    if hit is None or hit[0] is not closed:
-        if len(_RETRACED) > 4096:
-            _RETRACED.clear()
-        hit = _RETRACED[key] = (closed, retrace(ev, closed))
-    return hit[1]
+    per_body = _RETRACED.setdefault(closed, {})
+    key = (ev.p, ev.widen)
+    if key not in per_body:
+        per_body[key] = retrace(ev, closed)
+    return per_body[key]
 
 
 def _jit(ev: Any, frame: Frame, eqn: Any) -> None:
