@@ -20,6 +20,19 @@ from typing import Any
 
 from heddle._cli_common import usage_error
 
+HELP = "audit a function for narrow accumulation, implicit promotion, lossy conversion"
+"""The subcommand's line in ``python -m heddle --help``."""
+
+KINDS: tuple[str, ...] = (
+    "narrow_accumulation",
+    "implicit_promotion",
+    "lossy_conversion",
+    "float64_unavailable",
+    "unclassified_primitive",
+)
+"""``heddle.programs.KINDS``, spelled out so that building the parser (``audit --help``) does not
+import JAX; a test keeps the two equal."""
+
 _SPEC = re.compile(r"^\s*([A-Za-z0-9_]+)\s*(?:\[\s*([^\]]*?)\s*\])?\s*$")
 _USAGE = "Write each argument as DTYPE[D0,D1,...], e.g. bf16[128,784], or f32[] for a scalar"
 
@@ -231,7 +244,7 @@ def run(args: argparse.Namespace) -> int:
       The exit status: 0 no finding of the ``--fail-on`` kinds, 1 some, 2 a usage error.
     """
     from heddle.policy._errors import message
-    from heddle.programs._audit import KINDS, audit
+    from heddle.programs._audit import audit
 
     try:
         fn = load_target(args.target)
@@ -301,11 +314,9 @@ def add_audit_parser(subparsers: Any) -> argparse.ArgumentParser:
       >>> parser.parse_args(["audit", "m:f", "--args", "f32[2]"]).args
       [ShapeDtypeStruct(shape=(2,), dtype=float32)]
     """
-    from heddle.programs._audit import KINDS
-
     p = subparsers.add_parser(
         "audit",
-        help="audit a function for narrow accumulation, implicit promotion, lossy conversion",
+        help=HELP,
         description=(
             "Trace package.module:function on arrays of the given dtypes and shapes (nothing runs) "
             "and list where it departs from heddle's dtype policy. Exit status: 0 clean, 1 findings "

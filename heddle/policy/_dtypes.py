@@ -2,6 +2,23 @@
 
 The set is data: ``DTYPES`` lists every dtype in the order of ``promotion.csv``; ``ALIASES`` maps the
 short names. Everything else (kinds, ranges, format parameters) is read off NumPy and ml_dtypes.
+
+Names from other libraries are read where every library that uses the name means the same width,
+and refused where they disagree:
+
+- the ``fp`` family: ``fp16``, ``fp32``, ``fp64`` beside ``fp8``, ``fp4``, ``bf8`` (and ``bf16``);
+- NumPy's C-type words that torch shares: ``half`` (float16, ``torch.half``), ``single``
+  (float32), ``double`` (float64, ``torch.double``);
+- ``float``, ``int``, ``long``, ``byte``, ``complex`` and ``cfloat`` are refused, as the Python
+  types ``float``, ``int`` and ``complex`` are: ``"float"`` is float64 to NumPy and float32 to torch
+  and Keras, ``"int"`` int64 to NumPy and int32 to torch, ``"long"`` int32 or int64 with the
+  platform, ``"byte"`` int8 to NumPy and uint8 to torch, ``"complex"``/``"cfloat"`` complex128 to
+  NumPy and complex64 to torch. The message names both widths;
+- ``mixed_bfloat16`` and the other precision presets name three dtypes, not one: they belong to
+  ``Precision.parse``, and the message says so.
+
+In a ``Precision``, ``half`` and ``full`` stay refused: they are jmp's words, and jmp's ``half``
+is float16 or bfloat16 with the platform.
 """
 
 from __future__ import annotations
@@ -37,10 +54,26 @@ ALIASES: dict[str, str] = {
     "i8": "int8", "i16": "int16", "i32": "int32", "i64": "int64",
     "u8": "uint8", "u16": "uint16", "u32": "uint32", "u64": "uint64",
     "fp4": "float4_e2m1fn", "fp8": "float8_e4m3fn", "bf8": "float8_e5m2",
+    "fp16": "float16", "fp32": "float32", "fp64": "float64",
     "f16": "float16", "bf16": "bfloat16", "f32": "float32", "f64": "float64",
     "c64": "complex64", "c128": "complex128",
 }  # fmt: skip
 """Short names (POLICY.md 1); each float8 name also parses without its ``float8_`` prefix."""
+# The fp16/fp32/fp64 entries come before f16/f32/f64: read backwards (a dtype to its short name,
+# as reports do), the later entry wins.
+
+_WORDS = {"half": "float16", "single": "float32", "double": "float64"}
+"""NumPy's C-type words whose width torch gives them too."""
+
+_AMBIGUOUS = {
+    "float": ("float32", "float64", "float64 to NumPy and float32 to torch and Keras"),
+    "int": ("int32", "int64", "int64 to NumPy and int32 to torch"),
+    "long": ("int32", "int64", "int32 or int64 with the platform to NumPy, int64 to torch"),
+    "byte": ("int8", "uint8", "int8 to NumPy and uint8 to torch"),
+    "complex": ("complex64", "complex128", "complex128 to NumPy"),
+    "cfloat": ("complex64", "complex128", "complex128 to NumPy and complex64 to torch"),
+}
+"""Words other libraries read as different widths: refused, naming both."""
 
 _BY_NAME: dict[str, np.dtype] = {d.name: d for d in DTYPES}
 _BY_NAME.update({a: _BY_NAME[n] for a, n in ALIASES.items()})
@@ -48,6 +81,7 @@ _BY_NAME.update(
     {n.removeprefix("float8_"): d for n, d in _BY_NAME.items() if n.startswith("float8_")}
 )
 _BY_NAME["bool_"] = _BY_NAME["bool"]
+_BY_NAME.update({w: _BY_NAME[n] for w, n in _WORDS.items()})
 
 _SET = frozenset(DTYPES)
 
@@ -57,13 +91,31 @@ def _valid_names() -> str:
 
 
 def _not_a_dtype(x: Any) -> UnknownDTypeError:
-    return UnknownDTypeError(
-        message(
-            f"dtype({x!r})",
-            "that is not a dtype of heddle's policy",
-            f"Use one of: {_valid_names()}.",
-        )
-    )
+    why, fix = "that is not a dtype of heddle's policy", ""
+    word = x.strip().lower() if isinstance(x, str) else None
+    if word in _AMBIGUOUS:
+        narrow, wide, meanings = _AMBIGUOUS[word]
+        why += f": {word!r} is {meanings}, so its width depends on the library"
+        fix = f"Name the width: heddle.policy.dtype('{narrow}') or heddle.policy.dtype('{wide}'). "
+    elif word is not None and word.startswith(("mixed_", "mixed-")):
+        preset = _preset_compute(word)
+        if preset is not None:
+            why += (
+                f": {x.strip()!r} is a Precision preset, which names three dtypes (params, "
+                "compute, output), not one"
+            )
+            fix = (
+                f"Use heddle.policy.Precision.parse('{x.strip()}') for the preset (e.g. "
+                f"heddle.autocast(fn, precision='{x.strip()}')), or its compute dtype alone: "
+                f"heddle.policy.dtype('{preset}'). "
+            )
+    return UnknownDTypeError(message(f"dtype({x!r})", why, f"{fix}Use one of: {_valid_names()}."))
+
+
+def _preset_compute(word: str) -> str | None:
+    """The compute dtype of a ``mixed_<float>`` preset name, or ``None``."""
+    d = _BY_NAME.get(word[len("mixed_") :])
+    return d.name if d is not None and _kind_of(d) == "f" else None
 
 
 @functools.lru_cache(maxsize=512)
@@ -106,20 +158,24 @@ def dtype(x: Any) -> np.dtype:
     """Parses a dtype name, alias, NumPy dtype or JAX scalar type.
 
     Args:
-      x: a canonical name (``"bfloat16"``), a short alias (``"bf16"``, ``"fp8"``), a float8 name without
-        its prefix (``"e4m3fn"``), a NumPy dtype, a JAX/ml_dtypes scalar type (``jnp.bfloat16``), or an
-        object with a ``dtype`` attribute.
+      x: a canonical name (``"bfloat16"``), a short alias (``"bf16"``, ``"fp16"``, ``"fp8"``), a
+        float8 name without its prefix (``"e4m3fn"``), NumPy's ``"half"``, ``"single"`` or
+        ``"double"``, a NumPy dtype, a JAX/ml_dtypes scalar type (``jnp.bfloat16``), or an object
+        with a ``dtype`` attribute. ``"float"``, ``"int"`` and the Python types ``float`` and
+        ``int`` are refused: NumPy, torch and Keras give them different widths.
 
     Returns:
       The ``numpy.dtype``.
 
     Raises:
-      UnknownDTypeError: ``x`` names no dtype of the policy; the message lists the valid names.
+      UnknownDTypeError: ``x`` names no dtype of the policy; the message lists the valid names (and,
+        for ``"float"`` and the like, both widths it could mean; for a precision preset such as
+        ``"mixed_bfloat16"``, the ``Precision.parse`` call).
 
     Examples:
       >>> from heddle import policy
-      >>> policy.dtype("bf16")
-      dtype(bfloat16)
+      >>> policy.dtype("bf16"), policy.dtype("fp16"), policy.dtype("half")
+      (dtype(bfloat16), dtype('float16'), dtype('float16'))
       >>> policy.dtype("e4m3fn")
       dtype(float8_e4m3fn)
     """

@@ -70,6 +70,16 @@ def _closest(word: str, choices: list[str], default: str) -> str:
 
 def _float_dtype(value: Any, what: str) -> np.dtype:
     """Parses one dtype of a Precision; refuses anything that is not a real float of the policy."""
+    word = value.strip().lower() if isinstance(value, str) else None
+    if word in _JMP_WORDS:  # as Precision.parse does: jmp's words, not NumPy's "half"
+        fixes = ("bfloat16", "float16") if word == "half" else ("float32",)
+        raise UnknownDTypeError(
+            message(
+                f"Precision({what}={value!r})",
+                _JMP_WHY[word],
+                "Name the dtype: " + " or ".join(f"Precision({what}='{f}')" for f in fixes),
+            )
+        )
     try:
         d = D.dtype(value)
     except UnknownDTypeError:
@@ -158,7 +168,9 @@ class Precision:
         Raises:
           UnknownDTypeError: (a ``ValueError`` and a ``PolicyError``) the string is not one of the
             forms above, names an unknown key or dtype, repeats a key, or names a dtype that is not
-            a real float. The message ends with a ``Precision.parse(...)`` call that works.
+            a real float; or ``spec`` is a dtype rather than a string (``jnp.bfloat16``: narrow
+            compute, ``"mixed_bfloat16"``, or bfloat16 throughout, ``"bfloat16"``?). The message
+            ends with a ``Precision.parse(...)`` call that works.
 
         Examples:
           >>> from heddle.policy import Precision
@@ -170,6 +182,17 @@ class Precision:
         if isinstance(spec, Precision):
             return spec
         if not isinstance(spec, str):
+            one = _one_float(spec)
+            if one is not None:
+                raise UnknownDTypeError(
+                    message(
+                        f"Precision.parse({spec!r})",
+                        "a precision names three dtypes (params, compute, output), and this is one "
+                        "dtype, which could mean narrow compute or that dtype throughout",
+                        "Say which: "
+                        + " or ".join(f"Precision.parse({r!r})" for r in _readings(one)),
+                    )
+                )
             raise UnknownDTypeError(
                 message(
                     f"Precision.parse({spec!r})",
@@ -191,6 +214,23 @@ class Precision:
     def cast_to_output(self, tree: Any) -> Any:
         """Casts the floating leaves of ``tree`` to ``output_dtype``; see ``cast_to_output``."""
         return _cast_tree(tree, self.output_dtype)
+
+
+def _one_float(value: Any) -> np.dtype | None:
+    """The float dtype ``value`` is (a dtype, a scalar type such as ``jnp.bfloat16``), else ``None``."""
+    if not isinstance(value, np.dtype | type):
+        return None
+    try:
+        d = D.dtype(value)
+    except UnknownDTypeError:
+        return None
+    return d if d in _FLOATS else None
+
+
+def _readings(d: np.dtype) -> tuple[str, ...]:
+    """The precisions one float dtype could mean: narrow compute with float32 params and outputs
+    (``mixed_<d>``, for dtypes narrower than float32), and ``d`` throughout."""
+    return (f"mixed_{d.name}", d.name) if d.itemsize < 4 else (d.name,)
 
 
 def _parse(spec: str) -> tuple[np.dtype, np.dtype, np.dtype]:

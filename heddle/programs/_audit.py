@@ -28,6 +28,7 @@ from heddle.programs._audit_report import Finding as Finding
 from heddle.programs._audit_report import merge
 from heddle.programs._audit_source import Frame, is_user
 from heddle.programs._audit_walk import Walker
+from heddle.programs._autocast import linen_apply
 
 
 def _is_array_leaf(x: Any) -> bool:
@@ -88,7 +89,11 @@ def audit(
     ``heddle.policy.enforce()``) a mixed-dtype op fails to trace instead of being reported.
 
     Args:
-      fn: any JAX-traceable function (also ``jax.grad(f)``, a jitted function, an equinox module).
+      fn: any JAX-traceable function (also ``jax.grad(f)``, a jitted function, an equinox module;
+        a flax linen Module that is not bound is audited as its ``apply``:
+        ``audit(module, variables, x)``). Its outputs may hold Python numbers, ``None``, strings
+        and integer arrays beside the floats; the backward pass starts from a unit cotangent on
+        every float output.
       *args: its positional arguments; arrays may be ``jax.ShapeDtypeStruct``.
       include_backward: also audit the backward pass (``fn``'s VJP with unit cotangents).
       include_explicit: also report lossy conversions the code asked for explicitly.
@@ -110,17 +115,24 @@ def audit(
       >>> policy.audit(lambda x: jnp.cumsum(x.astype(jnp.float32)), x).counts["narrow_accumulation"]
       0
     """
+    name = _name(fn)
+    apply = linen_apply(fn)
+    fn = fn if apply is None else apply
     leaves, treedef = jax.tree.flatten((args, kwargs))
     dynamic = [i for i, leaf in enumerate(leaves) if _is_array_leaf(leaf)]
     raw: list[RawFinding] = []
     raw.extend(_x64_arguments(leaves, dynamic))
 
-    def flat(*values: Any) -> Any:
+    def flat(*values: Any) -> list[Any]:
         full = list(leaves)
         for i, v in zip(dynamic, values, strict=True):
             full[i] = v
         a, k = jax.tree.unflatten(treedef, full)
-        return fn(*a, **k)
+        # only JAX values are traced outputs: a Python number, None or a string the function
+        # returns beside them computes nothing, and has no cotangent in the backward pass
+        return [
+            o for o in jax.tree.leaves(fn(*a, **k)) if isinstance(o, jax.Array | jax.core.Tracer)
+        ]
 
     def forward_and_backward(*values: Any) -> Any:
         out, pullback = jax.vjp(flat, *values)
@@ -146,7 +158,7 @@ def audit(
             warnings.warn_explicit(wm.message, wm.category, wm.filename, wm.lineno)
         else:
             raw.append(f)
-    return AuditReport(_name(fn), merge(raw), include_backward)
+    return AuditReport(name, merge(raw), include_backward)
 
 
 def _x64_arguments(leaves: list[Any], dynamic: list[int]) -> list[RawFinding]:

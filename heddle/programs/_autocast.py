@@ -13,9 +13,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from heddle.policy._errors import message
+from heddle.policy._errors import UnknownDTypeError, message
 from heddle.policy._policy import Policy, active, use
-from heddle.policy._precision import Precision
+from heddle.policy._precision import Precision, _one_float, _readings
 from heddle.programs._evaluate import Evaluator
 from heddle.programs._higher import _conform
 
@@ -57,20 +57,27 @@ def autocast(
 
     Args:
       fn: the function; its array arguments (JAX or NumPy arrays) are traced, every other
-        argument (Python scalars, modules' static fields, functions) is passed as it is.
-        Omitted, ``autocast(policy=..., precision=...)`` returns a decorator.
+        argument (Python scalars, modules' static fields, functions) is passed as it is. A flax
+        linen Module that is not bound is taken as its ``apply``: ``autocast(module)(variables,
+        x)`` runs ``module.apply(variables, x)``. A callable pytree (an equinox or flax nnx
+        Module) is traced with its arrays as inputs, so ``precision=`` casts them too.
+        Omitted, ``autocast(policy=..., precision=...)`` returns a decorator; ``with`` it is a
+        ``TypeError`` naming the wrapping form: there is no block form.
       policy: the policy to apply (its accumulation floor, matmul precision); the active one by
         default.
-      precision: a ``heddle.policy.Precision`` (or its string form, ``"params=float32,
-        compute=bfloat16,output=float32"``): floating inputs are cast to its compute dtype and
-        floating outputs to its output dtype, as ``Precision.cast_to_compute``/``cast_to_output``.
+      precision: a ``heddle.policy.Precision`` (or its string form, ``"mixed_bfloat16"``,
+        ``"params=float32,compute=bfloat16,output=float32"``): floating inputs are cast to its
+        compute dtype and floating outputs to its output dtype, as
+        ``Precision.cast_to_compute``/``cast_to_output``. A dtype alone (``jnp.bfloat16``) is
+        refused: it could mean ``"mixed_bfloat16"`` or ``"bfloat16"`` throughout.
 
     Returns:
       The transformed function (or a decorator, when ``fn`` is omitted).
 
     Raises:
-      TypeError: ``fn`` is not callable, or ``policy`` is not a ``Policy``.
-      UnknownDTypeError: ``precision`` names no precision preset or dtype.
+      TypeError: ``fn`` is not callable, ``policy`` is not a ``Policy``, or the decorator is used
+        as a context manager.
+      UnknownDTypeError: ``precision`` names no precision preset or dtype, or is a dtype alone.
       Exception: whatever ``fn`` raises while being traced.
 
     Examples:
@@ -90,8 +97,9 @@ def autocast(
                 "Pass e.g. policy=heddle.policy.HEDDLE, or precision='mixed_bfloat16'.",
             )
         )
+    prec = _precision(precision)
     if fn is None:
-        return functools.partial(autocast, policy=policy, precision=precision)
+        return _Decorator(policy, precision)
     if not callable(fn):
         raise TypeError(
             message(
@@ -100,21 +108,118 @@ def autocast(
                 "Pass the function itself: heddle.autocast(loss), or use @heddle.autocast.",
             )
         )
-    prec = None if precision is None else Precision.parse(precision)
+    target, lead = _target(fn)
 
     @functools.wraps(fn)
     def wrapped(*args: Any, **kwargs: Any) -> Any:
         scope = use(policy) if policy is not None else contextlib.nullcontext()
+        args = (*lead, *args)
         with scope:
             graph = _graph_nodes(args, kwargs)
             if graph is not None:
-                return _call_on_graph(fn, active(), prec, graph)
+                return _call_on_graph(target, active(), prec, graph)
             if prec is not None:
                 args, kwargs = prec.cast_to_compute((args, kwargs))
-            out = _call(fn, active(), args, kwargs)
+            out = _call(target, active(), args, kwargs)
             return out if prec is None else prec.cast_to_output(out)
 
     return wrapped
+
+
+def _precision(precision: Any) -> Precision | None:
+    """``precision=`` read as ``Precision.parse`` reads it; a lone dtype is refused in autocast's
+    words, since it could mean narrow compute or that dtype throughout."""
+    if precision is None:
+        return None
+    one = _one_float(precision)
+    if one is not None:
+        raise UnknownDTypeError(
+            message(
+                f"heddle.autocast(fn, precision={precision!r})",
+                "precision names three dtypes (params, compute, output), and a dtype alone could "
+                "mean narrow compute with float32 params and outputs, or that dtype throughout",
+                "Say which: "
+                + " or ".join(f"heddle.autocast(fn, precision={r!r})" for r in _readings(one)),
+            )
+        )
+    return Precision.parse(precision)
+
+
+def _kwargs_text(policy: Policy | None, precision: Any) -> str:
+    given = {"policy": policy, "precision": precision}
+    return ", ".join(f"{k}={v!r}" for k, v in given.items() if v is not None)
+
+
+class _Decorator:
+    """What ``autocast(policy=..., precision=...)`` gives without a function: a decorator.
+
+    Used as ``with heddle.autocast(...):`` it raises a ``TypeError`` that shows the wrapping and the
+    decorating forms: autocast rewrites the program a function traces to, and a block of
+    statements is not a function it can trace.
+    """
+
+    __slots__ = ("policy", "precision")
+
+    def __init__(self, policy: Policy | None, precision: Any) -> None:
+        self.policy = policy
+        self.precision = precision
+
+    def __call__(self, fn: Callable[..., Any]) -> Any:
+        return autocast(fn, policy=self.policy, precision=self.precision)
+
+    def __repr__(self) -> str:
+        return f"heddle.autocast({_kwargs_text(self.policy, self.precision)})"
+
+    def __enter__(self) -> Any:
+        kw = _kwargs_text(self.policy, self.precision)
+        sep = ", " if kw else ""
+        raise TypeError(
+            message(
+                f"with heddle.autocast({kw}):",
+                "the block form is not supported: autocast rewrites the program a function "
+                "traces to, so it needs the function, and a block of statements is not one",
+                f"Wrap the function and call it: heddle.autocast(fn{sep}{kw})(*args), or "
+                f"decorate its definition with @heddle.autocast({kw})",
+            )
+        )
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
+
+def _invoke(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    return fn(*args, **kwargs)
+
+
+def _target(fn: Callable[..., Any]) -> tuple[Callable[..., Any], tuple]:
+    """The function autocast traces and the arguments it puts first.
+
+    A flax linen Module that is not bound cannot be called; it is taken as its ``apply``
+    (``autocast(module)(variables, x)`` is ``module.apply(variables, x)`` under the policy). A
+    callable that is a pytree with leaves (an equinox Module, a flax nnx Module,
+    ``jax.tree_util.Partial``) goes in as the first argument, so its arrays are traced as inputs
+    and ``precision=`` casts its floating leaves as it casts the other arguments.
+    """
+    apply = linen_apply(fn)
+    if apply is not None:
+        return apply, ()
+    graph = sys.modules.get("flax.nnx.graph")
+    if (graph is not None and graph.is_graph_node(fn)) or not jax.tree_util.treedef_is_leaf(
+        jax.tree.structure(fn)
+    ):
+        return _invoke, (fn,)
+    return fn, ()
+
+
+def linen_apply(fn: Any) -> Callable[..., Any] | None:
+    """``fn.apply`` where ``fn`` is a flax linen Module that is not bound, else ``None``.
+
+    flax is not imported for the check: a linen Module exists only once flax.linen is.
+    """
+    linen = sys.modules.get("flax.linen")
+    if linen is None or not isinstance(fn, linen.Module) or fn.scope is not None:
+        return None
+    return fn.apply
 
 
 def _graph_nodes(args: tuple, kwargs: dict[str, Any]) -> tuple | None:
