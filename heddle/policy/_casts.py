@@ -178,7 +178,10 @@ def _is_64(d: np.dtype) -> bool:
 
 
 def astype(
-    x: jax.typing.ArrayLike, dtype: jax.typing.DTypeLike, *, saturate: bool = False
+    x: jax.typing.ArrayLike | np.generic,  # np.generic: ml_dtypes scalars (not np.number)
+    dtype: jax.typing.DTypeLike,
+    *,
+    saturate: bool = False,
 ) -> jax.Array:
     """Casts ``x`` to ``dtype``, rounding once (POLICY.md 6).
 

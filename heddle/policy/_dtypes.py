@@ -255,7 +255,7 @@ def is_64bit(d: np.dtype) -> bool:
 
 def x64_enabled() -> bool:
     """Whether JAX currently allows 64-bit arrays."""
-    return bool(jax.config.jax_enable_x64)
+    return bool(jax.config.jax_enable_x64)  # type: ignore[attr-defined]  # a flag the stubs omit
 
 
 _NARROWER = {"int64": "int32", "uint64": "uint32", "float64": "float32", "complex128": "complex64"}

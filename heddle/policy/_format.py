@@ -23,12 +23,19 @@ from heddle.policy._dtypes import kind
 from heddle.policy._errors import message
 
 
+def _finite(lay: Layout, mag: int) -> tuple[int, int, int]:
+    """``lay.decode`` of a magnitude pattern from 0 to ``max_mag``: always a finite value."""
+    value = lay.decode(mag)
+    assert not isinstance(value, str), "a magnitude pattern up to max_mag is finite"
+    return value
+
+
 def _magnitude(lay: Layout, mag: int) -> tuple[int, int]:
     """``(m, q)`` of a magnitude pattern; ``max_mag + 1`` is the value one step past the largest."""
     if mag > lay.max_mag:
-        _, m, q = lay.decode(lay.max_mag)
+        _, m, q = _finite(lay, lay.max_mag)
         return (m + 1, q) if lay.mbits else (m, q + 1)
-    _, m, q = lay.decode(mag)
+    _, m, q = _finite(lay, mag)
     return m, q
 
 

@@ -394,4 +394,5 @@ def default_dtypes(float: Any = None, int: Any = None, complex: Any = None) -> I
 
 @functools.lru_cache(maxsize=256)
 def _with_defaults(p: Policy, changes: tuple[tuple[str, np.dtype], ...]) -> Policy:
-    return _intern(dataclasses.replace(p, **dict(changes)))
+    fields: dict[str, Any] = dict(changes)  # dtype fields: each key names its own
+    return _intern(dataclasses.replace(p, **fields))

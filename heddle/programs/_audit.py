@@ -13,6 +13,7 @@ from __future__ import annotations
 import sys
 import warnings
 from collections.abc import Callable
+from types import FrameType
 from typing import Any
 
 import jax
@@ -49,7 +50,7 @@ def _name(fn: Any) -> str:
 
 
 def _frame_of_caller() -> Frame | None:
-    f = sys._getframe(1)
+    f: FrameType | None = sys._getframe(1)
     while f is not None:
         if is_user(f.f_code.co_filename):
             return Frame(f.f_code.co_filename, f.f_lineno, f.f_code.co_qualname)

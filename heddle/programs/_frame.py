@@ -126,8 +126,9 @@ class Frame:
 
     def twin(self, atom: Any) -> Any:
         """A narrow float atom's exact widening to its accumulation dtype (shared by all uses)."""
-        d = dtype_of(atom)
         if isinstance(atom, jcore.Literal):
+            d = dtype_of(atom)
+            assert d is not None, "a literal has a dtype"
             return np.asarray(atom.val).astype(self.acc(d))
         t = self.twins.get(atom)
         if t is None:
@@ -140,7 +141,12 @@ class Frame:
     def twin_maker(self, atom: Any) -> Callable[[], Any]:
         """The default twin: the value widened exactly, where the value was produced."""
         ctx = self.contexts.get(atom)
-        widen = lambda: lax.convert_element_type(self.read(atom), self.acc(dtype_of(atom)))
+
+        def widen() -> Any:
+            d = dtype_of(atom)
+            assert d is not None, "only narrow float atoms have twins"
+            return lax.convert_element_type(self.read(atom), self.acc(d))
+
         if ctx is None:
             return widen
         with source_info_util.user_context(ctx.traceback, name_stack=ctx.name_stack):

@@ -135,10 +135,10 @@ def _scan(ev: Any, frame: Frame, eqn: Any) -> None:
     evaluate = body(ev, closed)
 
     def step(*args: Any) -> list[Any]:
-        args = list(args)
+        vals = list(args)
         for i, d in narrow.items():  # exact: the value is the narrow constant itself
-            args[i] = _convert_element_type(args[i], d)
-        return evaluate(*args)
+            vals[i] = _convert_element_type(vals[i], d)
+        return evaluate(*vals)
 
     fn = lu.wrap_init(step, debug_info=closed.jaxpr.debug_info)
     jaxpr, _, consts = pe.trace_to_jaxpr_dynamic(fn, avals)
