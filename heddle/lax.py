@@ -10,9 +10,11 @@ integers their accumulation dtype; ``reduce`` and ``reduce_window`` do the same 
 computation is an add or a multiply, and run a max or min (max-pooling) of a narrow float on its exact
 float32 copy, as ``reduce_max``/``reduce_min`` do, so their backward passes sum in float32;
 ``scatter_add``, ``scatter_sub``, ``scatter_mul`` combine their updates in the accumulation dtype;
-``conv_general_dilated_local`` and ``conv_general_dilated_patches`` run on exactly widened operands.
-Everything else is ``jax.lax``'s own object, the collectives (``psum``, ...) included: they add in
-the operand's dtype (see ``LAX_PASS`` in heddle/ops/_lax.py).
+``conv_general_dilated_local`` and ``conv_general_dilated_patches`` run on exactly widened operands;
+``reduce_max``/``reduce_min`` give NaN wherever the reduced slice holds one, on any sharding; the
+collective sums ``psum``, ``pmean`` and ``psum_scatter`` add each leaf in its accumulation dtype and
+round once, and so do their backward passes (under ``jax.vmap`` with an ``axis_name`` as well).
+Everything else is ``jax.lax``'s own object (see ``LAX_PASS`` in heddle/ops/_lax.py).
 
 Examples:
   >>> import numpy as np, ml_dtypes

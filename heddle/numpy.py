@@ -25,6 +25,7 @@ from heddle.ops import (
     _counting,
     _creation,
     _formulas,
+    _nanprop,
     _printing,
     _table,
     _ufunc,
@@ -87,7 +88,7 @@ def _build() -> dict:
         if jfn is None:
             continue
         spec = _core.OpSpec(
-            fn=_formulas.NUMPY.get(name, jfn),
+            fn=_nanprop.NUMPY.get(name, _formulas.NUMPY.get(name, jfn)),
             op_class=op_class,
             plan=plan,
             values=values,

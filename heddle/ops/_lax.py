@@ -30,7 +30,7 @@ import jax
 import numpy as np
 from jax import lax
 
-from heddle.ops import _core
+from heddle.ops import _core, _nanprop
 from heddle.ops._core import cast, compute_dtype, contraction_operand_dtype, materialise
 from heddle.policy import _dtypes as D
 from heddle.policy import _rules, _scalars
@@ -155,12 +155,47 @@ def _collective(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
             for v, (d, _, acc) in zip(leaves, plans, strict=True)
         ]
         out = jax.tree.leaves(fn(jax.tree.unflatten(tree, wide), *args, **kwargs))
+        if name != "psum_scatter":  # a scattered sum is batched along its scattered axis
+            axes = _axis_names(args[0] if args else kwargs.get("axis_name"))
+            out = [_batched_like(o, w, axes) for o, w in zip(out, wide, strict=True)]
         return jax.tree.unflatten(
             tree,
             [o if o.dtype == r else cast(o, r) for o, (_, r, _) in zip(out, plans, strict=True)],
         )
 
     return op
+
+
+def _axis_names(axis_name: Any) -> frozenset[Any]:
+    return frozenset(axis_name if isinstance(axis_name, (tuple, list)) else (axis_name,))
+
+
+def _varying(x: jax.Array) -> frozenset[Any]:
+    """The ``shard_map`` mesh axes ``x`` varies over (empty outside a checked ``shard_map``)."""
+    aval = jax.typeof(x)
+    vma = getattr(aval, "vma", None)
+    if vma is None:
+        vma = getattr(getattr(aval, "manual_axis_type", None), "varying", None)
+    return frozenset(vma or ())
+
+
+def _batched_like(out: jax.Array, wide: jax.Array, axes: frozenset[Any]) -> jax.Array:
+    """``out`` exactly (``out - 0``, bit for bit, -0.0 and NaN included), made to depend on ``wide``.
+
+    Under ``jax.vmap`` with the collective's ``axis_name``, JAX's batching rule returns the sum
+    unbatched, and ``vmap`` broadcasts it over the batch only where it is used batched: after the
+    rounding to the result dtype, so the transpose of that broadcast (the backward sum of every
+    example's cotangent) would add in the narrow dtype. Subtracting a zero read from ``wide`` makes
+    the accumulation-dtype sum batched before it is rounded: the broadcast, and so its transposed
+    sum, is in the accumulation dtype. Elsewhere it is an exact no-op that XLA removes. Over the axes
+    of a checked ``shard_map`` that ``wide`` varies over, the sum is invariant and must stay so (its
+    backward is JAX's ``pvary``, which adds nothing): there ``out`` is returned as it is.
+    """
+    if wide.size == 0 or out.shape != wide.shape or axes & _varying(wide):
+        return out
+    first = lax.reshape(lax.slice(wide, (0,) * wide.ndim, (1,) * wide.ndim), ())
+    zero = lax.convert_element_type(lax.bitwise_and(lax.ne(first, first), False), out.dtype)
+    return lax.sub(out, lax.broadcast(lax.stop_gradient(zero), out.shape))
 
 
 _MONOIDS = {"add": lax.add, "mul": lax.mul, "max": lax.max, "min": lax.min}
@@ -254,9 +289,14 @@ def _init_as(value: Any, d: np.dtype, acc: np.dtype) -> Any:
     return host.astype(acc)  # exact: acc holds every value of d
 
 
+def _axes(args: tuple, kwargs: dict[str, Any]) -> tuple[int, ...]:
+    return tuple(args[0] if args else kwargs["axes"])
+
+
 def _selection(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
     """reduce_max / reduce_min: the input dtype, computed on the exact wide copy of a narrow float
-    (the rounding back is exact), so JAX's backward pass (tie counts, cotangent sums) is float32."""
+    (the rounding back is exact), so JAX's backward pass (tie counts, cotangent sums) is float32;
+    NaN wherever the reduced slice holds one, on any sharding (``_nanprop``)."""
 
     @functools.wraps(fn)
     def op(operand: Any, *args: Any, **kwargs: Any) -> jax.Array:
@@ -264,7 +304,8 @@ def _selection(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
         d = _scalars.resolve((operand,), p)
         comp = compute_dtype(d, p)
         D.require_available(comp, f"heddle.lax.{name}")
-        out = fn(cast(materialise(operand, d), comp), *args, **kwargs)
+        x = cast(materialise(operand, d), comp)
+        out = _nanprop.reduce(name, x, _axes(args, kwargs), lambda y: fn(y, *args, **kwargs))
         return out if out.dtype == d else cast(out, d)
 
     return op

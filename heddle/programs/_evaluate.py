@@ -31,6 +31,7 @@ from jax._src.lax.lax import canonicalize_precision
 from jax.custom_derivatives import SymbolicZero
 from jax.extend import core as jcore
 
+from heddle.ops import _nanprop
 from heddle.ops._core import (
     _PRECISION,
     _differentiated,
@@ -184,13 +185,35 @@ _TIE_COUNTING = frozenset(
 
 def _exact(ev: Evaluator, frame: Frame, eqn: Any, seg: int) -> None:
     tie = eqn.primitive.name in _TIE_COUNTING and is_narrow(dtype_of(eqn.invars[0]))
-    if tie or ev.shadowed(frame, eqn, seg):
+    wide = tie or ev.shadowed(frame, eqn, seg)
+    if eqn.primitive.name in _nanprop.REDUCTIONS:
+        _propagating(ev, frame, eqn, seg, wide)
+        if wide:
+            return
+    elif wide:
         ev.bind_wide(frame, eqn, seg, [frame.wide(a, seg) for a in eqn.invars])
         return
-    ev.bind_plain(frame, eqn)
+    else:
+        ev.bind_plain(frame, eqn)
     name = eqn.primitive.name
     if name in _COPYING and not eqn.primitive.multiple_results:
         _copying_twin(frame, eqn)
+
+
+def _propagating(ev: Evaluator, frame: Frame, eqn: Any, seg: int, wide: bool) -> None:
+    """reduce_max / reduce_min: NaN wherever the reduced slice holds one, on any sharding (XLA:CPU's
+    cross-device max/min combiner drops NaN; see heddle/ops/_nanprop.py); on the float32 shadow or
+    twin of a narrow operand when ``wide``, rounded back exactly."""
+    (a,), (v,) = eqn.invars, eqn.outvars
+    params = eqn.primitive.get_bind_params(eqn.params)
+    x = frame.wide(a, seg) if wide else frame.read(a)
+    out = _nanprop.reduce(
+        eqn.primitive.name, x, eqn.params["axes"], lambda y: eqn.primitive.bind(y, **params)
+    )
+    if wide:
+        frame.write_rounded(v, out, seg)
+    else:
+        frame.write(v, out)
 
 
 def _copying_twin(frame: Frame, eqn: Any) -> None:

@@ -1,0 +1,83 @@
+"""Max and min reductions that propagate NaN on every sharding, as they do on one device.
+
+XLA:CPU's cross-device max/min combiner drops NaN: ``jnp.max`` of an 8-way sharded float32 array
+holding one NaN returns the largest other value under ``jax.jit`` (``pmax`` in ``shard_map`` too),
+while a sum gives NaN and ``argmax`` finds it. Here a float max (or min) is
+``where(any(isnan(x)), nan, max(x))`` over the same axes, ``keepdims``, ``initial`` and ``where``:
+``any`` combines across devices exactly, so a slice holding a NaN gives NaN wherever its shards
+live (with a single device the check, one more pass over the operand, is skipped: XLA's own
+reduction propagates NaN there). Values that are not NaN (+-inf and signed zeros included) are JAX's own, bit for bit; the
+gradient is JAX's (``where`` passes the cotangent to the max of every slice without a NaN); integer
+and bool operands take JAX's plain path. ``nanmax``/``nanmin`` already ignore NaN (JAX replaces it
+before reducing and detects all-NaN slices with an exact ``all``) and are JAX's own.
+
+``NUMPY`` maps ``heddle.numpy`` names to these functions (``heddle/numpy.py`` consults it, as it does
+``_formulas.NUMPY``); ``reduce`` is the rule for the ``reduce_max``/``reduce_min`` primitives, used by
+``heddle.lax`` and by ``heddle.autocast``.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+REDUCTIONS = frozenset({"reduce_max", "reduce_min"})
+
+
+def _is_float(d: Any) -> bool:
+    return bool(jnp.issubdtype(d, jnp.floating))
+
+
+def _may_shard() -> bool:
+    """Whether an array can span devices: with one device every max/min is XLA's own single-device
+    reduction, which propagates NaN, and the extra pass over the operand is skipped."""
+    return jax.device_count() > 1
+
+
+def _with_nan(has_nan: jax.Array, out: jax.Array) -> jax.Array:
+    return lax.select(has_nan, lax.full_like(out, np.nan), out)
+
+
+def _propagating(jfn: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(jfn)
+    def fn(
+        a: Any,
+        axis: Any = None,
+        out: Any = None,
+        keepdims: bool = False,
+        initial: Any = None,
+        where: Any = None,
+    ) -> jax.Array:
+        m = jfn(a, axis=axis, out=out, keepdims=keepdims, initial=initial, where=where)
+        if not _is_float(m.dtype) or not _may_shard():
+            return m
+        has_nan = jnp.any(jnp.isnan(a), axis=axis, keepdims=keepdims, where=where)
+        if initial is not None:
+            has_nan = has_nan | jnp.isnan(initial)
+        return _with_nan(jnp.broadcast_to(has_nan, m.shape), m)
+
+    return fn
+
+
+def reduce(name: str, operand: Any, axes: Sequence[int], bind: Callable[[Any], Any]) -> Any:
+    """``bind(operand)`` (a ``reduce_max``/``reduce_min`` over ``axes``), NaN wherever the reduced
+    slice of a float ``operand`` holds one."""
+    out = bind(operand)
+    if name not in REDUCTIONS or not _is_float(getattr(operand, "dtype", np.float32)):
+        return out
+    if not _may_shard():
+        return out
+    has_nan = lax.reduce_or(lax.ne(operand, operand), tuple(axes))
+    return _with_nan(has_nan, out)
+
+
+NUMPY: dict[str, Callable[..., Any]] = {
+    name: _propagating(getattr(jnp, name)) for name in ("max", "min", "amax", "amin")
+}
+"""``heddle.numpy`` names computed here instead of by ``jax.numpy``'s own."""
