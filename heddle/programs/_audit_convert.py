@@ -69,6 +69,7 @@ class ConversionRules:
         site = self._site(eqn)
         explicit = site.explicit or (site.key is LIBRARY_BODY and ctx.explicit)
         lossy = not _lattice.lossless(src, dst) and not _exact_literal(x, dst)
+        lossy = lossy and not _round_trip(x, level, dst)
         if explicit:
             if lossy and self.include_explicit:
                 self._lossy(eqn, ctx, src, dst, "explicit")
@@ -76,6 +77,8 @@ class ConversionRules:
         external = _external(x, level, site.key, self.sites)
         if external and not self._backward(eqn, ctx):  # backward converts transpose forward ones
             self._promotion(eqn, level, ctx, site)
+        if lossy and _rounded_for_a_wider_use(eqn, level, src, self.sites):
+            return  # a value rounded once to its own narrow dtype and read through its wide copy
         if lossy and (external or self._narrows_an_input(x, level, site.key, dst)):
             self._lossy(eqn, ctx, src, dst, "implicit")
         elif lossy and _integer_accumulator_store(x, level, src, dst):
@@ -194,6 +197,89 @@ class ConversionRules:
                 return None
             v = producer.invars[0]
         return v
+
+
+# Ops whose result holds only values of their first operand (moved, not computed on).
+_MOVES_ONE = SHAPE_OPS | {"slice", "rev", "dynamic_slice", "gather", "reduce_max", "reduce_min"}
+
+
+def _round_trip(x: Any, level: Level, dst: np.dtype) -> bool:
+    """Whether ``x`` is, through ops that only move values, an exact widening of a value whose dtype
+    ``dst`` holds: narrowing it back to ``dst`` gives back the same values (autocast's narrow dot
+    reads its operands' float32 twins, ``cast(twin, bfloat16)``; ``x.astype(f32).astype(bf16)``)."""
+    v = x
+    for _ in range(UPSTREAM_LIMIT):
+        if isinstance(v, jcore.Literal):
+            return False
+        producer = level.producer.get(v)
+        if producer is None:
+            return False
+        name = producer.primitive.name
+        if name == "convert_element_type":
+            origin, wide = policy_dtype(producer.invars[0].aval), policy_dtype(v.aval)
+            return (
+                origin is not None
+                and wide is not None
+                and holds(wide, origin)
+                and holds(dst, origin)
+            )
+        if name == "optimization_barrier":
+            v = producer.invars[producer.outvars.index(v)]
+        elif name in _MOVES_ONE and producer.invars:
+            v = producer.invars[0]
+        else:
+            return False
+    return False
+
+
+def _rounded_for_a_wider_use(eqn: Any, level: Level, src: np.dtype, sites: SiteCache) -> bool:
+    """Whether a narrowing's result is read only by exact widenings back to ``src`` (directly or
+    through selections and copies): a value computed at ``src`` rounded once to the narrow dtype the
+    program gives it, whose consumers compute on its exact wide copy. heddle.autocast rounds each
+    narrow result once and computes with its float32 twin; in its backward pass the transposes of
+    those two conversions round each cotangent once to its primal's narrow dtype, the dtype JAX's
+    own cotangent has there (a relu's ``select_n`` between them is exact). A narrowing that a
+    narrow operation reads, a store into a narrow buffer (``bf16.at[i].set(f32)``, also when the
+    buffer is widened afterwards) and a narrow output (a bfloat16 gradient) are not this."""
+    (out,) = eqn.outvars
+    dst = policy_dtype(out.aval)
+    stored = level.producer.get(eqn.invars[0])
+    if stored is not None and stored.primitive.name in _STORES:
+        return False  # bf16.at[i].set(f32): the buffer promoted, stored into, narrowed back
+    frontier, seen = [out], set()
+    while frontier:
+        v = frontier.pop()
+        if v in seen:
+            continue
+        seen.add(v)
+        if len(seen) > UPSTREAM_LIMIT or isinstance(v, jcore.DropVar) or v in level.jaxpr.outvars:
+            return False
+        readers = level.consumers(v)
+        if not readers:
+            return False
+        for r in readers:
+            name = r.primitive.name
+            if name == "convert_element_type":
+                if policy_dtype(r.outvars[0].aval) != src or _site_of(r, sites).explicit:
+                    return False
+            elif name in _SELECTS_AND_COPIES and all(
+                policy_dtype(o.aval) == dst for o in r.outvars
+            ):
+                frontier.extend(r.outvars)
+            else:
+                return False
+    return True
+
+
+def _site_of(eqn: Any, sites: SiteCache) -> Site:
+    return sites.site(eqn.source_info.traceback)
+
+
+_STORES = frozenset({"scatter", "dynamic_update_slice"})
+# Exact ops a rounded value may pass through on its way to its widening (not stores into a buffer).
+_SELECTS_AND_COPIES = SHAPE_OPS | {
+    "select_n", "slice", "rev", "pad", "concatenate", "dynamic_slice", "gather",
+}  # fmt: skip
 
 
 def _integer_accumulator_store(x: Any, level: Level, src: np.dtype, dst: np.dtype) -> bool:

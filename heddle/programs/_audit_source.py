@@ -26,10 +26,15 @@ import jax
 
 import heddle
 
+
+def _package_dir(module: Any) -> str | None:
+    """The directory of a package's ``__init__`` (with a trailing separator), or None."""
+    file = getattr(module, "__file__", None) if module is not None else None
+    return os.path.dirname(file) + os.sep if file else None
+
+
 _JAX_DIRS = tuple(
-    os.path.dirname(m.__file__) + os.sep
-    for m in (jax, sys.modules.get("jaxlib"))
-    if m is not None and getattr(m, "__file__", None)
+    d for d in (_package_dir(m) for m in (jax, sys.modules.get("jaxlib"))) if d is not None
 )
 _HEDDLE_DIR = os.path.dirname(heddle.__file__) + os.sep
 _STDLIB = tuple(

@@ -149,7 +149,7 @@ class Walker(ConversionRules):
                 return
             need = join(acc_dtype(a), acc_dtype(b))
             operands = eqn.invars[:2]
-            dtypes = (short(a), short(b))
+            dtypes: tuple[str, ...] = (short(a), short(b))
             if a != b and not self._backward(eqn, ctx):  # JAX's transposes mix on purpose
                 self._mixed_contraction(eqn, ctx, a, b, out)
             fix = self._fix(eqn, ctx, name, f"preferred_element_type=jnp.{need.name}")
@@ -171,7 +171,7 @@ class Walker(ConversionRules):
             NARROW_ACCUMULATION,
             name,
             dtypes,
-            short(out),
+            short(out) if out is not None else "?",
             tuple(shape_of(v) for v in operands),
             f"accumulates in {short(acc)}, narrower than acc_dtype {short(need)}; {fix}",
             expected=need.name,
@@ -311,7 +311,7 @@ def _updates(level: Level, out: Any, carry: Any) -> str | None:
     v = source(out)
     e = None if isinstance(v, jcore.Literal) else level.producer.get(v)
     body = _call_body(e)
-    if body is not None:  # a jitted or custom-derivative function: follow the carry inside
+    if body is not None and e is not None:  # a jitted or custom-derivative call: follow the carry
         inner = [b for x, b in zip(e.invars, body.invars, strict=True) if source(x) is carry]
         others = [x for x in e.invars if source(x) is not carry]
         if len(inner) != 1 or any(_reads(x, tainted) for x in others):
