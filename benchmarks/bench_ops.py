@@ -6,14 +6,17 @@
 2. The cost of correct accumulation per op class: heddle against plain jax.numpy defaults.
 3. Eager dispatch of one small op: heddle / jax.numpy.
 4. Trace + compile time of the transformer step: heddle / jax.numpy.
+5. logsumexp, bfloat16 1024x4096, jitted: heddle.nn.logsumexp and heddle.autocast(jax.nn.logsumexp)
+   against jax.nn.logsumexp (target <= 1.1x).
 
-Run: python benchmarks/bench_ops.py
+Run: python benchmarks/bench_ops.py (only section 5: python benchmarks/bench_ops.py logsumexp)
 """
 
 from __future__ import annotations
 
 import re
 import statistics
+import sys
 import time
 
 import jax
@@ -217,7 +220,43 @@ def compile_section() -> list[list]:
     ]
 
 
+def logsumexp_section(rounds: int = 9) -> list[list]:
+    """heddle.nn.logsumexp / jax.nn.logsumexp, bfloat16 1024x4096 over the last axis, jitted.
+
+    Also the float32-widen-everything formulation (JAX's logsumexp on the input converted to
+    float32, heddle's implementation before the max moved to the narrow input) and
+    heddle.autocast(jax.nn.logsumexp), each against jax.nn.logsumexp, interleaved.
+    """
+    import heddle
+    import heddle.nn as hnn
+
+    x = jnp.asarray(np.random.default_rng(0).standard_normal((1024, 4096)), BF16)
+    base = jax.jit(lambda a: jax.nn.logsumexp(a, axis=-1))
+    cases = {
+        "heddle.nn.logsumexp": jax.jit(lambda a: hnn.logsumexp(a, axis=-1)),
+        "widen all to float32 (heddle before)": jax.jit(
+            lambda a: jax.nn.logsumexp(a.astype(F32), axis=-1).astype(BF16)
+        ),
+        "heddle.autocast(jax.nn.logsumexp)": jax.jit(
+            heddle.autocast(lambda a: jax.nn.logsumexp(a, axis=-1))
+        ),
+    }
+    rows = []
+    for name, f in cases.items():
+        th, tj, ratio = interleaved_ratio(
+            lambda f=f: f(x), lambda: base(x), rounds=rounds, runs=15, warmup=5
+        )
+        rows.append(
+            [f"{name} (bf16 1024x4096, axis=-1)", f"{th * 1e6:.0f}", f"{tj * 1e6:.0f}", ratio]
+        )
+    return rows
+
+
 def main() -> None:
+    if sys.argv[1:] == ["logsumexp"]:
+        print(f"Machine: {machine()}\n")
+        print(table(["op", "heddle us", "jax.nn us", "ratio"], logsumexp_section()))
+        return
     print(f"# heddle.numpy benchmarks\n\nMachine: {machine()}\n")
     print("## Compiled forward+backward, bfloat16: heddle vs hand-written explicit jax.numpy\n")
     print(
@@ -241,6 +280,8 @@ def main() -> None:
     print(table(["op", "heddle us", "jax.numpy us", "ratio"], dispatch_section()))
     print("\n## Trace + compile\n")
     print(table(["function", "heddle ms", "jax.numpy ms", "ratio"], compile_section()))
+    print("\n## logsumexp (compiled, bfloat16): heddle vs jax.nn.logsumexp\n")
+    print(table(["op", "heddle us", "jax.nn us", "ratio"], logsumexp_section()))
     print(
         "\nRatios are medians of per-round ratios, heddle and the baseline alternating in one process."
     )

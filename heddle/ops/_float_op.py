@@ -124,6 +124,7 @@ def float_op(
     values: Sequence[str] = ("x",),
     params: Sequence[str] = (),
     matmul: bool = False,
+    widen: bool = True,
 ) -> Callable[..., Any]:
     """Wraps a JAX function so that it computes in the accumulation dtype and rounds once.
 
@@ -140,6 +141,9 @@ def float_op(
         part in promotion; an array is converted to the compute dtype's real part, a Python scalar is
         passed on unrounded.
       matmul: whether ``fn`` contracts internally (run under ``precision_scope``).
+      widen: whether the value operands reach ``fn`` widened to the compute dtype (the default), or
+        rounded to the result dtype only, for an ``fn`` that widens them itself where it reads them
+        (so that XLA can fuse the conversion into its one consumer).
 
     Returns:
       The wrapped function; ``inspect.signature`` of it is that of ``fn``.
@@ -173,7 +177,8 @@ def float_op(
     def compute(args: list[Any], kwargs: dict[str, Any], result: np.dtype, p: Policy) -> Any:
         comp = compute_dtype(result, p)
         for n, i, v in present(args, kwargs, slots):
-            put(args, kwargs, n, i, cast(cast(v, result), comp))
+            v = cast(v, result)
+            put(args, kwargs, n, i, cast(v, comp) if widen else v)
         for n, i, v in present(args, kwargs, pslots):
             if hasattr(v, "dtype"):
                 put(args, kwargs, n, i, cast(v, D.real_dtype(comp)))
