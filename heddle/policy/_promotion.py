@@ -8,6 +8,7 @@ own table.
 from __future__ import annotations
 
 import csv
+import importlib
 import io
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -95,6 +96,13 @@ def _table_from_csv(text: str) -> dict[Pair, np.dtype | None]:
     return cells
 
 
+# JAX's refusal of an implicit promotion; public as jax.dtypes.TypePromotionError from JAX 0.10.1.
+_TypePromotionError: type[Exception] = (
+    getattr(jax.dtypes, "TypePromotionError", None)
+    or importlib.import_module("jax._src.dtypes").TypePromotionError
+)
+
+
 def _jax_cells() -> dict[Pair, np.dtype | None]:
     """JAX's default ('standard') promotion table, whatever the promotion mode is at import."""
     cells: dict[Pair, np.dtype | None] = {}
@@ -103,7 +111,7 @@ def _jax_cells() -> dict[Pair, np.dtype | None]:
             for b in D.DTYPES:
                 try:
                     cells[a, b] = np.dtype(jax.numpy.promote_types(a, b))
-                except (TypeError, jax.dtypes.TypePromotionError):
+                except (TypeError, _TypePromotionError):
                     cells[a, b] = None
     return cells
 
