@@ -35,6 +35,7 @@ from heddle.ops import _nanprop
 from heddle.ops._core import (
     _PRECISION,
     _differentiated,
+    _on_cpu,
     cast,
     contraction_operand_dtype,
     dot_needs_widening,
@@ -50,6 +51,8 @@ from heddle.programs._audit_source import SiteCache
 from heddle.programs._frame import Frame, _here, dtype_of, is_narrow
 from heddle.programs._table import NARROW_ONLY, Rule, rule
 
+# The loops of jax.lax a program writes itself: their narrow carries stay narrow between steps.
+_USER_LOOPS = frozenset({"scan", "fori_loop", "map", "while_loop", "associative_scan"})
 _COMPARISONS = frozenset(
     "eq ne lt le gt ge eq_to lt_to le_to is_finite and or xor not reduce_and reduce_or".split()
 )
@@ -100,6 +103,26 @@ class Evaluator:
         """Starts a new call (values crossing a body boundary are rounded)."""
         self._last_key = object()
         self.segment += 1
+
+    def continue_call(self, eqn: Any) -> int:
+        """Starts a new segment that ``eqn``'s library call continues in: the equations of that call
+        that come next (a loop body's, or the outer ones after the loop) read the shadows written
+        in it. Returns the segment."""
+        self.new_segment()
+        self._last_key = self.sites.site(eqn.source_info.traceback).key
+        return self.segment
+
+    def segment_of(self, eqn: Any) -> int | None:
+        """The current segment if it belongs to ``eqn``'s call, else None."""
+        key = self.sites.site(eqn.source_info.traceback).key
+        return self.segment if key == self._last_key else None
+
+    def in_library_call(self, eqn: Any) -> bool:
+        """Whether a loop equation is part of one library call (``jnp.polyval``'s ``scan``), not a
+        loop the caller wrote: the JAX function the caller called is not a loop of ``jax.lax``
+        (``lax.scan``, ``fori_loop``, ``map``, ``while_loop``, also when flax or equinox call them)."""
+        entry = self.sites.site(eqn.source_info.traceback).entry
+        return entry is not None and entry not in _USER_LOOPS
 
     # -- the loop ----------------------------------------------------------------------------------
 
@@ -241,6 +264,79 @@ def _accumulate(ev: Evaluator, frame: Frame, eqn: Any, seg: int) -> None:
     ev.bind_wide(frame, eqn, seg, [ev.to_acc(frame, a, seg) for a in eqn.invars])
 
 
+# A generic ``reduce`` whose body is one of these on its two arguments is that reduction:
+# (the primitive computing it, its binary op, its identity).
+_MONOIDS: dict[str, tuple[Callable[[Any, Any], Any], Callable[[Any, Any], Any], float]] = {
+    "add": (lax.reduce_sum, lax.add, 0.0),
+    "add_any": (lax.reduce_sum, lax.add, 0.0),
+    "mul": (lax.reduce_prod, lax.mul, 1.0),
+    "max": (lax.reduce_max, lax.max, -np.inf),
+    "min": (lax.reduce_min, lax.min, np.inf),
+}
+
+
+def _monoid(eqn: Any) -> str | None:
+    """The name of ``_MONOIDS`` that a one-operand ``reduce``'s body computes, or None."""
+    if len(eqn.invars) != 2:
+        return None
+    closed = eqn.params["jaxpr"]
+    jaxpr = getattr(closed, "jaxpr", closed)
+    if len(jaxpr.eqns) != 1 or len(jaxpr.outvars) != 1 or len(jaxpr.invars) != 2:
+        return None
+    (body,) = jaxpr.eqns
+    name = body.primitive.name
+    if name not in _MONOIDS or body.outvars[0] is not jaxpr.outvars[0]:
+        return None
+    if len(body.invars) != 2 or set(body.invars) != set(jaxpr.invars):
+        return None
+    return str(name)
+
+
+def _is_identity(init: Any, identity: float, d: np.dtype) -> bool:
+    """Whether a literal init value is the monoid's identity as ``d`` holds it. JAX builds a sum of
+    ``float8_e8m0fnu`` (no zero, no infinity) with the identity cast to it: NaN."""
+    if not isinstance(init, jcore.Literal):
+        return False
+    val = np.asarray(init.val).astype(np.float64)
+    if D.kind(d) in "iu":
+        info = np.iinfo(d)
+        held = {0.0: 0.0, 1.0: 1.0, -np.inf: info.min, np.inf: info.max}[identity]
+        return bool(val == held)
+    held = np.float64(np.asarray(identity).astype(d).astype(np.float64))
+    return bool(val == held or val == identity or (np.isnan(val) and np.isnan(held)))
+
+
+def _generic_reduce(ev: Evaluator, frame: Frame, eqn: Any, seg: int) -> None:
+    """``reduce`` with an add/mul body: operand at acc_dtype, rounded once; with a max/min body: on
+    the float32 twin of a narrow operand (the tie counts of the derivative), NaN-propagating. An init
+    value that is the identity is dropped (JAX's NaN identity of ``float8_e8m0fnu`` would poison
+    the result); any other init value is combined at the same dtype. Other bodies pass through."""
+    kind = _monoid(eqn)
+    d = dtype_of(eqn.invars[0]) if kind is not None else None
+    if kind is None or d is None or D.kind(d) not in "iuf":
+        ev.bind_plain(frame, eqn)
+        return
+    (a, init), (v,) = eqn.invars, eqn.outvars
+    reducer, combine, identity = _MONOIDS[kind]
+    axes = tuple(eqn.params["dimensions"])
+    selection = kind in ("max", "min")
+    if selection:
+        wide = is_narrow(d) or ev.shadowed(frame, eqn, seg)
+    else:
+        wide = ev.acc(d) != d or ev.shadowed(frame, eqn, seg)
+    if not wide:
+        ev.bind_plain(frame, eqn)
+        return
+    x, x0 = (ev.to_acc(frame, u, seg) for u in (a, init))
+    if selection:
+        out = _nanprop.reduce("reduce_" + kind, x, axes, lambda y: reducer(y, axes))
+    else:
+        out = reducer(x, axes)
+    if not _is_identity(init, identity, d):
+        out = combine(out, x0)
+    frame.write_rounded(v, out, seg)
+
+
 _SCATTERS = {
     "scatter-add": lax.scatter_add,
     "scatter-sub": lax.scatter_sub,
@@ -283,7 +379,12 @@ def _common(ev: Evaluator, a: np.dtype, b: np.dtype) -> np.dtype:
 def _contraction(ev: Evaluator, frame: Frame, eqn: Any, seg: int) -> None:
     lhs, rhs = eqn.invars[:2]
     dl, dr, out = dtype_of(lhs), dtype_of(rhs), dtype_of(eqn.outvars[0])
-    if None in (dl, dr, out) or not all(D.kind(d) in "biuf" for d in (dl, dr, out)):
+    if (
+        dl is None
+        or dr is None
+        or out is None
+        or not all(D.kind(d) in "biuf" for d in (dl, dr, out))
+    ):
         ev.bind_plain(frame, eqn)
         return
     common = _common(ev, dl, dr)
@@ -299,6 +400,8 @@ def _contraction(ev: Evaluator, frame: Frame, eqn: Any, seg: int) -> None:
 
     params = dict(eqn.params)
     params["preferred_element_type"] = acc
+    if params.get("precision") is not None and _unsupported_algorithm(params["precision"]):
+        params["precision"] = None
     if operand == np.float32 and params.get("precision") is None:
         prec = _PRECISION[ev.p.float32_matmul_precision]
         if prec is not None:
@@ -312,9 +415,28 @@ def _contraction(ev: Evaluator, frame: Frame, eqn: Any, seg: int) -> None:
     if ev.widen:
         args, params = _cpu_layout(args, params)
     if any(map(_differentiated, args[:2])):
-        frame.write_rounded(eqn.outvars[0], _narrow_dot(*args, operand, params), seg)
+        frame.write_rounded(eqn.outvars[0], _narrow_dot(args[0], args[1], operand, params), seg)
     else:
         ev.bind_wide(frame, eqn, seg, args, params)
+
+
+# The algorithm presets JAX lowers on XLA:CPU (``jax._src.lax.lax._handle_dot_precision`` raises for
+# any other, eagerly as under jit). Plain JAX's ``dot_product_attention`` of float16 asks for
+# ``F16_F16_F32`` (narrow operands, float32 accumulation) and only falls back to the default when the
+# eager call fails, so its traced program cannot run on CPU.
+_CPU_ALGORITHMS = frozenset(
+    "DEFAULT F16_F16_F16 F32_F32_F32 F64_F64_F64 BF16_BF16_F32 BF16_BF16_F32_X3 BF16_BF16_F32_X6".split()
+)
+
+
+def _unsupported_algorithm(precision: Any) -> bool:
+    """Whether ``precision`` is an algorithm preset XLA:CPU cannot run, on CPU. Such a preset names
+    the operand and accumulation dtypes, and the contraction rule already gives the dot its operands
+    (narrow, or widened exactly) and a float32 accumulator; so the preset is dropped and the dot
+    bound at the policy's float32 precision, the same contraction the preset asks for."""
+    if not isinstance(precision, lax.DotAlgorithmPreset) or not _on_cpu():
+        return False
+    return precision.name not in _CPU_ALGORITHMS
 
 
 def _narrow_dot(lw: Any, rw: Any, d: np.dtype, params: dict[str, Any]) -> Any:
@@ -338,7 +460,7 @@ def _narrow_dot(lw: Any, rw: Any, d: np.dtype, params: dict[str, Any]) -> Any:
             for i, t in enumerate(tangents)
             if not isinstance(t, SymbolicZero)
         ]
-        return out, functools.reduce(lax.add, terms) if terms else lax.zeros_like_array(out)
+        return out, functools.reduce(lax.add, terms) if terms else lax.zeros_like_array(out)  # type: ignore[attr-defined]
 
     return dot(lw, rw)
 
@@ -435,4 +557,5 @@ _HANDLERS: dict[Rule | None, Callable[[Evaluator, Frame, Any, int], None]] = {
     Rule.EXACT: _exact,
     Rule.INDEX: _index,
     Rule.HIGHER_ORDER: _higher_order,
+    Rule.MONOID: _generic_reduce,
 }

@@ -122,32 +122,145 @@ def _rebind(ev: Any, frame: Frame, eqn: Any, **jaxprs: Any) -> None:
 def _scan(ev: Any, frame: Frame, eqn: Any) -> None:
     """A scan, its body under the rules. Its narrow float constants (a weight every step reads)
     enter as their exact float32 copies, narrowed inside the body: JAX's transpose then sums their
-    cotangents over the steps in float32, as every other sum."""
+    cotangents over the steps in float32, as every other sum.
+
+    A scan that is part of one library call (``jnp.polyval``'s, see ``in_library_call``) is one op
+    with the rest of that call: its narrow float carries are carried in float32 (each step's
+    unrounded result, read as the shadow of the carry by the body's equations of that call), and
+    its final carries are rounded once, where the scan's results are. A scan the program writes
+    keeps its narrow carries (the audit reports the narrow ``scan carry``)."""
     closed, n = eqn.params["jaxpr"], eqn.params["num_consts"]
+    seg = ev.segment  # the scan equation's own
     wide = [i for i, v in enumerate(eqn.invars[:n]) if is_narrow(dtype_of(v))]
-    if not wide:
+    carried: list[int] = []
+    if ev.in_library_call(eqn):
+        carry = range(n, n + eqn.params["num_carry"])
+        carried = [i for i in carry if is_narrow(dtype_of(eqn.invars[i]))]
+    if not wide and not carried:
         _rebind(ev, frame, eqn, jaxpr=retrace(ev, closed))
         return
     avals = list(closed.in_avals)
     narrow = {i: avals[i].dtype for i in wide}
     for i in wide:
         avals[i] = avals[i].update(dtype=np.dtype(np.float32), weak_type=False)
+    for i in carried:
+        avals[i] = avals[i].update(dtype=ev.acc(np.dtype(avals[i].dtype)), weak_type=False)
     evaluate = body(ev, closed)
+    out_carried = [i - n for i in carried]
 
     def step(*args: Any) -> list[Any]:
         vals = list(args)
         for i, d in narrow.items():  # exact: the value is the narrow constant itself
             vals[i] = _convert_element_type(vals[i], d)
-        return evaluate(*vals)
+        if not carried:
+            return evaluate(*vals)
+        return _carrying_body(ev, eqn, closed, vals, carried, out_carried)
 
     fn = lu.wrap_init(step, debug_info=closed.jaxpr.debug_info)
     jaxpr, _, consts = pe.trace_to_jaxpr_dynamic(fn, avals)
     operands = list(map(frame.read, eqn.invars))
     for i in wide:
         operands[i] = _convert_element_type(operands[i], np.dtype(np.float32))
+    for i in carried:  # the call's float32 value (its shadow) or the exact twin
+        operands[i] = _convert_element_type(frame.wide(eqn.invars[i], seg), avals[i].dtype)
     params = dict(eqn.params, jaxpr=_core.ClosedJaxpr(jaxpr, consts))
     params = eqn.primitive.get_bind_params(params)
-    _write_outs(frame, eqn, eqn.primitive.bind(*operands, **params))
+    outs = eqn.primitive.bind(*operands, **params)
+    if not carried:
+        _write_outs(frame, eqn, outs)
+        return
+    after = ev.continue_call(eqn)  # the call's next equations read the unrounded carries
+    for j, (v, x) in enumerate(zip(eqn.outvars, outs, strict=True)):
+        if j in out_carried:
+            frame.write_rounded(v, x, after)
+        else:
+            frame.write(v, x)
+
+
+def _carrying_body(
+    ev: Any, eqn: Any, closed: Any, vals: list[Any], carried: list[int], out_carried: list[int]
+) -> list[Any]:
+    """One step of a library call's scan: the float32 carries ``vals[i]`` (``i`` in ``carried``)
+    are the shadows of the body's narrow carry variables in the segment of the scan's call, and the
+    float32 values of the carried outputs (their shadows, or exact twins) are returned for them."""
+    jaxpr = closed.jaxpr
+    inner = ev.frame()
+    for v, c in zip(jaxpr.constvars, closed.consts, strict=True):
+        inner.write(v, c)
+    seg = ev.continue_call(eqn)
+    for i, (v, x) in enumerate(zip(jaxpr.invars, vals, strict=True)):
+        if i in carried:
+            inner.write_rounded(v, x, seg)
+        else:
+            inner.write(v, x)
+    ev.run(inner, jaxpr)
+    end = ev.segment_of(eqn)
+    outs = []
+    for j, v in enumerate(jaxpr.outvars):
+        if j not in out_carried:
+            outs.append(_conform(inner.read(v), v.aval))
+            continue
+        s = inner.shadow(v, end) if end is not None else None
+        x = s if s is not None else inner.twin(v)
+        outs.append(_convert_element_type(x, np.dtype(x.dtype), weak_type=False))
+    ev.new_segment()
+    return outs
+
+
+def _wide_jaxpr(ev: Any, eqn: Any, closed: Any, ins: list[int], outs: list[int]) -> Any:
+    """``closed`` (a body of ``eqn``, one library call) evaluated by the rules with its narrow
+    float inputs ``ins`` and outputs ``outs`` at their accumulation dtype (``_carrying_body``)."""
+    avals = list(closed.in_avals)
+    for i in ins:
+        avals[i] = avals[i].update(dtype=ev.acc(np.dtype(avals[i].dtype)), weak_type=False)
+
+    def fn(*vals: Any) -> list[Any]:
+        return _carrying_body(ev, eqn, closed, list(vals), ins, outs)
+
+    wrapped = lu.wrap_init(fn, debug_info=closed.jaxpr.debug_info)
+    jaxpr, _, consts = pe.trace_to_jaxpr_dynamic(wrapped, avals)
+    return _core.ClosedJaxpr(jaxpr, consts)
+
+
+def _linear_solve(ev: Any, frame: Frame, eqn: Any) -> None:
+    """``custom_linear_solve`` (``jnp.linalg.solve``, ``inv``): its matvec and solve bodies under the
+    rules. Inside one library call its narrow float operands (the LU factors, the right-hand side)
+    enter at their float32 values (the call's shadows) and the solution is rounded once, where the
+    equation's results are; a solve the program writes has its bodies evaluated as loop bodies are."""
+    p = eqn.params
+    jaxprs, lengths = p["jaxprs"], list(p["const_lengths"])
+    seg = ev.segment
+    starts = list(np.cumsum([0, *lengths]))
+    nb = len(eqn.invars) - starts[-1]
+    narrow = [is_narrow(dtype_of(v)) for v in eqn.invars]
+    b_narrow = [t for t in range(nb) if narrow[starts[-1] + t]]
+
+    def consistent(closed: Any) -> bool:
+        outs = [t for t, v in enumerate(closed.jaxpr.outvars) if is_narrow(dtype_of(v))]
+        return outs == b_narrow
+
+    bodies = [j for j in jaxprs if j is not None]
+    if not (any(narrow) and ev.in_library_call(eqn) and all(map(consistent, bodies))):
+        new = type(jaxprs)(*(None if j is None else retrace(ev, j) for j in jaxprs))
+        _rebind(ev, frame, eqn, jaxprs=new)
+        return
+    wide_jaxprs: list[Any] = []
+    for j, start, n in zip(jaxprs, starts, lengths, strict=False):
+        if j is None:
+            wide_jaxprs.append(None)
+            continue
+        ins = [i for i in range(n) if narrow[start + i]] + [n + t for t in b_narrow]
+        wide_jaxprs.append(_wide_jaxpr(ev, eqn, j, ins, b_narrow))
+    operands = list(map(frame.read, eqn.invars))
+    for k, is_n in enumerate(narrow):
+        if is_n:
+            d = ev.acc(dtype_of(eqn.invars[k]))
+            operands[k] = _convert_element_type(frame.wide(eqn.invars[k], seg), d)
+    params = eqn.primitive.get_bind_params(dict(p, jaxprs=type(jaxprs)(*wide_jaxprs)))
+    outs = eqn.primitive.bind(*operands, **params)
+    after = ev.continue_call(eqn)
+    for v, x in zip(eqn.outvars, outs, strict=True):
+        frame.write_rounded(v, x, after)
 
 
 def _while(ev: Any, frame: Frame, eqn: Any) -> None:
@@ -248,6 +361,7 @@ _HANDLERS = {
     "pjit": _jit,
     "closed_call": _closed_call,
     "scan": _scan,
+    "custom_linear_solve": _linear_solve,
     "while": _while,
     "cond": _cond,
     "custom_jvp_call": _custom_jvp,

@@ -25,6 +25,7 @@ class Rule(enum.Enum):
     FLOAT = "float"  # narrow float arithmetic computed in float32, rounded once
     EXACT = "exact"  # exact in every float format (copies, selection, comparisons, max/min)
     INDEX = "index"  # produces indices or creates values: JAX's dtype kept
+    MONOID = "monoid"  # reduce with an add/mul/max/min body: as reduce_sum ... reduce_min
     HIGHER_ORDER = "higher_order"  # has jaxpr bodies: descended into
     PASS = "pass"  # bound unchanged, for the reason listed
 
@@ -92,10 +93,16 @@ _GROUPS: dict[Rule, dict[str, str]] = {
         "index-producing (JAX's index dtype is kept)": "argmax argmin iota lu_pivots_to_permutation",
         "creation and shapes": "empty empty2 zeros_like broadcast_to dim_as_value dimension_size",
     },
+    Rule.MONOID: {
+        "a reduction with a body: one operand whose body is add, mul, max or min follows the rule of "
+        "reduce_sum, reduce_prod, reduce_max or reduce_min (an init value that is the identity as "
+        "the dtype holds it, NaN where it has no zero or infinity, is the identity); any other body "
+        "is bound unchanged": "reduce",
+    },
     Rule.HIGHER_ORDER: {
         "bodies interpreted under the same rules": (
             "jit pjit closed_call core_call call scan while cond custom_jvp_call custom_vjp_call "
-            "remat2 checkpoint shard_map"
+            "remat2 checkpoint shard_map custom_linear_solve"
         ),
     },
     Rule.PASS: {
@@ -109,10 +116,10 @@ _GROUPS: dict[Rule, dict[str, str]] = {
         ),
         "bit reinterpretation: the bits are the value": "bitcast_convert_type",
         "a user-supplied reduction body (the audit reports one that sums)": (
-            "reduce reduce_window select_and_scatter"
+            "reduce_window select_and_scatter"
         ),
         "linear solves and calls with user-supplied transposes": (
-            "custom_linear_solve linear_call custom_lin custom_vmap_call custom_partitioning"
+            "linear_call custom_lin custom_vmap_call custom_partitioning"
         ),
         "fft: complex arithmetic, computed as JAX does": "fft",
         "fused kernels that fix their own accumulation (cuDNN, scaled matmuls)": (

@@ -1,0 +1,178 @@
+"""autocast inside the bodies JAX's library builds: generic ``reduce`` bodies, attention's dot
+algorithm, a library call's ``scan`` carry. References are float64 NumPy or exact arithmetic, eager
+and under ``jax.jit``."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import pytest
+from jax import lax
+
+import heddle
+
+E8M0 = jnp.float8_e8m0fnu
+
+
+def _both(fn):
+    f = heddle.autocast(fn)
+    return [f, jax.jit(f)]
+
+
+# -- 1. float8_e8m0fnu reductions: JAX builds a generic ``reduce`` with a NaN identity ----------
+
+
+POWERS = np.array([2.0**k for k in range(-1, 11)])  # 0.5 ... 1024, all exact in e8m0
+
+
+@pytest.mark.parametrize(
+    "fn, exact",
+    [
+        (jnp.sum, POWERS.sum()),  # 2047.5, rounded once: 2048
+        (jnp.max, POWERS.max()),
+        (jnp.min, POWERS.min()),
+    ],
+    ids=["sum", "max", "min"],
+)
+def test_e8m0_reductions(fn, exact):
+    x = jnp.asarray(POWERS, E8M0)
+    want = np.float64(np.float64(exact).astype(ml_dtypes.float8_e8m0fnu))
+    for f in _both(fn):
+        out = f(x)
+        assert out.dtype == E8M0
+        assert float(out) == want, (fn.__name__, float(out), want)
+
+
+def test_generic_reduce_keeps_an_init_value_that_is_not_the_identity():
+    x = jnp.full((1000,), 0.1, jnp.bfloat16)
+    init = np.asarray(1.0, jnp.bfloat16)
+
+    def f(x):
+        return lax.reduce(x, init, lax.add, (0,))
+
+    want = 1.0 + 1000 * float(np.float64(np.asarray(x[0], np.float64)))
+    for g in _both(f):
+        out = g(x)
+        assert out.dtype == jnp.bfloat16
+        assert float(out) == float(np.float64(want).astype(jnp.bfloat16))
+
+
+# -- 2. float16 attention: JAX asks for the F16_F16_F32 algorithm, which XLA:CPU lacks -------------
+
+
+def _attention64(q, k, v):
+    q, k, v = (np.asarray(t, np.float64) for t in (q, k, v))
+    logits = np.einsum("btnh,bsnh->bnts", q, k) / np.sqrt(q.shape[-1])
+    logits -= logits.max(-1, keepdims=True)
+    p = np.exp(logits)
+    p /= p.sum(-1, keepdims=True)
+    return np.einsum("bnts,bsnh->btnh", p, v)
+
+
+@pytest.fixture
+def standard():
+    """JAX's standard promotion (the suite runs strict): jax.nn's attention promotes with float32."""
+    with jax.numpy_dtype_promotion("standard"):
+        yield
+
+
+@pytest.mark.parametrize("length", [1, 7, 64])
+def test_float16_attention(standard, length):
+    rng = np.random.default_rng(length)
+    q, k, v = (jnp.asarray(rng.normal(size=(2, length, 4, 16)), jnp.float16) for _ in range(3))
+    ref = _attention64(q, k, v)
+    # float32 accumulation: the output rounded once to float16, and the probabilities, which the
+    # library rounds to float16 before the second product, each off by half a float16 ulp
+    bound = 2.0**-11 * (np.abs(ref) + np.abs(np.asarray(v, np.float64)).max()) + 1e-6
+    for f in _both(jax.nn.dot_product_attention):
+        out = f(q, k, v)
+        assert out.dtype == jnp.float16
+        err = np.abs(np.asarray(out, np.float64) - ref)
+        assert (err <= bound).all(), err.max()
+
+
+# -- 3. a library call's scan carries float32 between steps ---------------------------------------
+
+
+def test_polyval_scan_carry_stays_float32():
+    rng = np.random.default_rng(0)
+    c = jnp.asarray(rng.normal(size=12), jnp.bfloat16)
+    x = jnp.asarray(rng.uniform(-1.5, 1.5, size=256), jnp.bfloat16)
+    ref = np.polyval(np.asarray(c, np.float64), np.asarray(x, np.float64))
+    for f in _both(jnp.polyval):
+        out = f(c, x)
+        assert out.dtype == jnp.bfloat16
+        rel = np.abs(np.asarray(out, np.float64) - ref) / np.abs(ref)
+        assert rel.max() <= 0.0051, rel.max()
+        assert (np.asarray(out) == ref.astype(jnp.bfloat16)).mean() == 1.0
+
+
+def test_polyval_gradient_runs_with_float32_carry():
+    c = jnp.asarray([0.5, -1.25, 2.0, 0.75], jnp.bfloat16)
+    x = jnp.asarray(np.linspace(-1, 1, 9), jnp.bfloat16)
+
+    def loss(x):
+        return jnp.polyval(c, x).astype(jnp.float32).sum()
+
+    der = np.polyval(np.polyder(np.asarray(c, np.float64)), np.asarray(x, np.float64))
+    for g in (jax.grad(heddle.autocast(loss)), jax.jit(jax.grad(heddle.autocast(loss)))):
+        out = g(x)
+        assert out.dtype == jnp.bfloat16
+        np.testing.assert_allclose(np.asarray(out, np.float64), der, rtol=2**-7, atol=2**-7)
+
+
+def test_a_users_scan_keeps_its_narrow_carry():
+    # the program's own loop: each step computed in float32, the carry stored in bfloat16
+    def f(x):
+        return lax.scan(lambda s, _: (s + x, None), jnp.zeros((), jnp.bfloat16), None, length=1000)[
+            0
+        ]
+
+    x = jnp.asarray(0.1, jnp.bfloat16)
+    s = np.float32(0)
+    for _ in range(1000):
+        s = np.float32(np.float32(s) + np.float32(np.asarray(x, np.float32))).astype(jnp.bfloat16)
+    for g in _both(f):
+        assert float(g(x)) == float(s)
+
+
+# -- 4. custom_linear_solve: its bodies under the rules, the LU factors' float32 values inside ------
+
+
+def _system():
+    rng = np.random.default_rng(0)
+    a = jnp.asarray(rng.normal(size=(64, 64)) + 8 * np.eye(64), jnp.bfloat16)
+    b = jnp.asarray(rng.normal(size=(64,)), jnp.bfloat16)
+    return a, b
+
+
+def test_bfloat16_solve_is_correctly_rounded():
+    a, b = _system()
+    ref = np.linalg.solve(np.asarray(a, np.float64), np.asarray(b, np.float64))
+    for f in _both(jnp.linalg.solve):
+        out = f(a, b)
+        assert out.dtype == jnp.bfloat16
+        assert (np.asarray(out) == ref.astype(jnp.bfloat16)).mean() == 1.0
+
+
+def test_bfloat16_inv_is_rounded_once():
+    a, _ = _system()
+    ref = np.linalg.inv(np.asarray(a, np.float64))
+    for f in _both(jnp.linalg.inv):
+        out = f(a)
+        assert out.dtype == jnp.bfloat16
+        assert (np.asarray(out) == ref.astype(jnp.bfloat16)).mean() >= 0.999
+
+
+def test_bfloat16_solve_gradient():
+    a, b = _system()
+    loss = heddle.autocast(lambda a, b: jnp.linalg.solve(a, b).astype(jnp.float32).sum())
+    ga, gb = jax.jit(jax.grad(loss, argnums=(0, 1)))(a, b)
+    a64 = np.asarray(a, np.float64)
+    gb64 = np.linalg.solve(a64.T, np.ones(64))
+    ga64 = -np.outer(gb64, np.linalg.solve(a64, np.asarray(b, np.float64)))
+    assert ga.dtype == gb.dtype == jnp.bfloat16
+    np.testing.assert_allclose(np.asarray(gb, np.float64), gb64, rtol=2**-7, atol=1e-4)
+    np.testing.assert_allclose(np.asarray(ga, np.float64), ga64, rtol=2**-7, atol=1e-4)
