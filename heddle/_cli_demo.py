@@ -4,7 +4,7 @@ Prints a progress bar to stderr, then a table to stdout (the precision setup of 
 and held-out loss, held-out accuracy, steps/s after warm-up, steps with NaN/inf gradients, skipped
 steps, final loss scale), a line that says where plain JAX and heddle differ, and writes a PNG of
 the loss curves, the losses against float32 and the loss scale (when matplotlib is installed).
-The training itself lives in ``heddle.demo``.
+The training itself lives in ``heddle._demo``, which only this module imports.
 """
 
 from __future__ import annotations
@@ -86,15 +86,15 @@ def format_table(results: Sequence[Any], regimes: dict[str, Any] | None = None) 
     """The comparison table, one row per run.
 
     Args:
-      results: ``heddle.demo.Result`` objects.
-      regimes: the model's ``Regime`` s by name, for the precision column (``heddle.demo.REGIMES``,
+      results: ``heddle._demo.Result`` objects.
+      regimes: the model's ``Regime`` s by name, for the precision column (``heddle._demo.REGIMES``,
         the ``mlp`` model's, if None).
 
     Returns:
       The table as aligned plain text, header first. ``train - f32`` and ``held-out - f32`` are the
       run's losses minus the float32 run's (``-`` without a float32 run, and on its own row).
     """
-    from heddle.demo import REGIMES
+    from heddle._demo import REGIMES
 
     regimes = REGIMES if regimes is None else regimes
     ref = _reference(results)
@@ -138,8 +138,8 @@ def explain_char(cfg: Any, data: Any, backends: Sequence[str]) -> str:
     """The line under the ``char`` model's table: which op differs, what each backend computed.
 
     Args:
-      cfg: the run's ``heddle.demo.Config``.
-      data: ``heddle.demo.load_text()``'s output.
+      cfg: the run's ``heddle._demo.Config``.
+      data: ``heddle._demo.load_text()``'s output.
       backends: the backends of the ``bf16`` runs made.
 
     Returns:
@@ -148,7 +148,7 @@ def explain_char(cfg: Any, data: Any, backends: Sequence[str]) -> str:
     """
     import numpy as np
 
-    from heddle import demo
+    from heddle import _demo as demo
 
     lookups = cfg.batch * cfg.context
     space = float(np.mean(data[0] == demo.VOCAB.index(" "))) * 100
@@ -173,6 +173,62 @@ def _minor_label(value: float, _: Any) -> str:
 
 
 _COLOURS = ("black", "C0", "C3", "C2", "C1", "C4", "C5")
+_SCALE_COLOURS = {"heddle": "C2", "jax": "C1", "autocast": "C4"}
+
+
+def _plot_scales(ax: Any, results: Sequence[Any], colours: dict, styles: dict) -> None:
+    """One staircase per loss-scaled run: the scale in effect after each step, 0 to the last.
+
+    ``Result.scales`` holds the scale each step used; the scale after the last step is
+    ``final_scale`` (the table's column), so the staircase ends on the table's value. Runs whose
+    staircases coincide for most steps are told apart by colour (one per backend), line style and
+    a value written at each end; a skipped step (the scale halved) is marked with an x.
+    """
+    import numpy as np
+
+    ax.set_yscale("log", base=2)
+    ax.set(
+        xlabel="step",
+        ylabel="loss scale after the step",
+        title="Dynamic loss scale (float16)",
+    )
+    regimes = {r.regime for r in results}
+    for r in results:
+        after = np.append(np.asarray(r.scales, np.float64), r.final_scale)  # after steps 0..N
+        steps = np.arange(len(after))
+        # one regime (the demo's f16-scaled): a colour per backend; several: the regime's colour
+        one = len(regimes) == 1 and r.backend in _SCALE_COLOURS
+        colour = _SCALE_COLOURS[r.backend] if one else colours[r.regime]
+        end = _scale_text(r.final_scale)
+        name = r.backend if len(regimes) == 1 else f"{r.regime} ({r.backend})"
+        ax.step(
+            steps,
+            after,
+            styles.get(r.backend, ":"),
+            color=colour,
+            linewidth=2.4 if r.backend == "heddle" else 1.4,
+            alpha=0.7 if r.backend == "heddle" else 1.0,
+            label=f"{name}: {r.skipped} skipped, ends at {end}",
+            where="post",
+            zorder=2 if r.backend == "heddle" else 3,
+        )
+        halved = np.flatnonzero(after[1:] < after[:-1]) + 1
+        if len(halved):
+            ax.plot(steps[halved], after[halved], "x", color=colour, markersize=7, zorder=4)
+        ax.plot(steps[-1], after[-1], "o", color=colour, markersize=4, zorder=4)
+        exponent = math.log2(r.final_scale) if r.final_scale > 0 else math.nan
+        ax.annotate(
+            f"$2^{{{exponent:.0f}}}$" if exponent == int(exponent) else end,
+            (steps[-1], after[-1]),
+            xytext=(8, 0),
+            textcoords="offset points",
+            va="center",
+            fontsize=8,
+            color=colour,
+        )
+    if results:
+        ax.set_xlim(right=max(len(r.scales) for r in results) * 1.2)
+        ax.margins(y=0.12)
 
 
 def plot(results: Sequence[Any], path: str, title: str = "", dpi: int = 100) -> str | None:
@@ -181,7 +237,7 @@ def plot(results: Sequence[Any], path: str, title: str = "", dpi: int = 100) -> 
     Each regime has one colour; heddle's run is solid, plain jax.numpy's dashed.
 
     Args:
-      results: ``heddle.demo.Result`` objects.
+      results: ``heddle._demo.Result`` objects.
       path: the PNG file to write.
       title: the figure's title.
       dpi: dots per inch (the figure is 14 x 4.5 inches).
@@ -204,7 +260,7 @@ def plot(results: Sequence[Any], path: str, title: str = "", dpi: int = 100) -> 
     names = list(dict.fromkeys(r.regime for r in results))
     colours = dict(zip(names, _COLOURS * 2, strict=False))
     styles = {"heddle": "-", "jax": "--"}
-    window, tops, lows = 1, [], []
+    window, tops, lows, scaled = 1, [], [], []
     for r in results:
         window = max(1, len(r.losses) // 30)
         smooth = np.convolve(r.losses, np.ones(window) / window, mode="valid")
@@ -223,14 +279,7 @@ def plot(results: Sequence[Any], path: str, title: str = "", dpi: int = 100) -> 
         tops.append(smooth[len(smooth) // 8] if len(smooth) else np.nan)
         lows.append(np.nanmin(smooth) if len(smooth) else np.nan)
         if r.final_scale is not None:
-            scale_ax.step(
-                np.arange(1, len(r.scales) + 1),
-                r.scales,
-                styles.get(r.backend, ":"),
-                color=colours[r.regime],
-                label=f"{label}: {r.skipped} skipped",
-                where="post",
-            )
+            scaled.append(r)
     smoothing = f" (mean of {window} steps)" if window > 1 else ""
     loss_ax.set(
         xlabel="step",
@@ -268,26 +317,39 @@ def plot(results: Sequence[Any], path: str, title: str = "", dpi: int = 100) -> 
                 if r.backend != "heddle":
                     bar.set_hatch("//")
                     bar.set_edgecolor("white")
+                # the table's value, written along the bar: one bar's width apart, never overprinted
                 bar_ax.annotate(
-                    f"{d:+.3f}",
+                    f"{d:+.4f}",
                     (bar.get_x() + bar.get_width() / 2, d),
+                    xytext=(0, 2 if d >= 0 else -2),
+                    textcoords="offset points",
                     ha="center",
                     va="bottom" if d >= 0 else "top",
-                    fontsize=6,
+                    rotation=90,
+                    fontsize=6.5,
                 )
-        bar_ax.set_xticks(x, [f"{r.regime}\n{r.backend}" for r in others], fontsize=7)
+        # a long regime name broken at its hyphen, so neighbouring labels do not run together
+        names = [r.regime.replace("-", "-\n") if len(r.regime) > 8 else r.regime for r in others]
+        bar_ax.set_xticks(x, [f"{n}\n{r.backend}" for n, r in zip(names, others, strict=True)],
+                          fontsize=7)  # fmt: skip
         bar_ax.axhline(0, color="black", linewidth=0.8)
         bar_ax.set(
             ylabel="loss - float32's, nats",
             title="Loss - float32's: left bar training, right held-out\n(hatched: jax.numpy)",
         )
-        bar_ax.margins(y=0.15)
+        values = [
+            v(r) - v(ref) for r in others for v in (lambda r: r.final_loss, lambda r: r.eval_loss)
+        ]
+        values = [v for v in values if np.isfinite(v)]
+        if values:  # room for the labels: about a quarter of the span above and below
+            low, high = min(0.0, *values), max(0.0, *values)
+            pad = max(high - low, 1e-3) * 0.28
+            bar_ax.set_ylim(low - pad, high + pad)
     else:
         bar_ax.text(0.5, 0.5, "no float32 run to compare", ha="center", transform=bar_ax.transAxes)
-    scale_ax.set_yscale("log", base=2)
-    scale_ax.set(xlabel="step", ylabel="loss scale", title="Dynamic loss scale (float16)")
-    if scale_ax.get_legend_handles_labels()[0]:
-        scale_ax.legend(fontsize=7)
+    _plot_scales(scale_ax, scaled, colours, styles)
+    if scaled:
+        scale_ax.legend(fontsize=7, loc="upper left")
     else:
         scale_ax.text(
             0.5, 0.5, "no loss-scaled regime run", ha="center", transform=scale_ax.transAxes
@@ -297,7 +359,7 @@ def plot(results: Sequence[Any], path: str, title: str = "", dpi: int = 100) -> 
 
 
 BACKEND_NAMES = ("heddle", "autocast", "jax")
-"""The keys of ``heddle.demo.BACKENDS`` (named here so that ``--help`` does not import JAX)."""
+"""The keys of ``heddle._demo.BACKENDS`` (named here so that ``--help`` does not import JAX)."""
 
 
 def _select(model: Any, regimes: str | None, backends: str) -> tuple[list, str | None]:
@@ -323,7 +385,7 @@ def _select(model: Any, regimes: str | None, backends: str) -> tuple[list, str |
 
 def run(args: argparse.Namespace) -> int:
     """Runs ``demo`` for parsed arguments; returns the exit status (0, or 2 for a usage error)."""
-    from heddle import demo
+    from heddle import _demo as demo
 
     model = demo.MODELS[args.model]
     runs, error = _select(model, args.regimes, args.backends)
@@ -403,7 +465,7 @@ def add_demo_parser(subparsers: Any) -> argparse.ArgumentParser:
       >>> parser.parse_args(["demo", "--steps", "50"]).steps
       50
     """
-    from heddle.demo import MODELS
+    from heddle._demo import MODELS
 
     models = "; ".join(
         f"{m.name}: {m.description}, regimes {', '.join(m.regimes)}, {m.config.steps} steps"

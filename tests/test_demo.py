@@ -16,7 +16,7 @@ import time
 import numpy as np
 import pytest
 
-from heddle import demo
+from heddle import _demo as demo
 from heddle._cli_demo import COLUMNS, Progress, add_demo_parser, format_table, plot
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -267,6 +267,78 @@ def test_unknown_model_regime_or_backend_in_the_library():
         demo.run(demo.Config.defaults("char"), runs=[("bf16-mixed", "jax")])
 
 
+def test_plot_has_one_staircase_per_scaled_run_ending_at_the_tables_scale(tmp_path):
+    # Two scaled runs that use the same scales at every step and differ only after the last one
+    # (jax's last step overflowed: halved to 2^19; heddle's doubled to 2^21), as in the demo: each
+    # gets its own staircase, ending on its final_scale (the table's column), and its own legend.
+    pytest.importorskip("matplotlib")
+    from matplotlib.figure import Figure
+
+    from heddle._cli_demo import _plot_scales
+
+    steps = 150
+    used = np.float32(2.0**15) * 2.0 ** (np.arange(steps) // 25).astype(np.float32)
+    ones = np.ones(steps, np.float32)
+    jax_run = demo.Result("f16-scaled", "jax", ones, used, 40.0, 2.0, 5.0, 1.0, 1, 1, 2.0**19)
+    ours = dataclasses.replace(
+        jax_run, backend="heddle", nonfinite=0, skipped=0, final_scale=2.0**21
+    )
+    ax = Figure().subplots()
+    _plot_scales(ax, [jax_run, ours], {"f16-scaled": "C2"}, {"heddle": "-", "jax": "--"})
+    stairs = [line for line in ax.get_lines() if line.get_drawstyle().startswith("steps")]
+    assert [line.get_ydata()[-1] for line in stairs] == [2.0**19, 2.0**21]
+    assert len({line.get_color() for line in stairs}) == 2  # told apart although they coincide
+    labels = [line.get_label() for line in stairs]
+    assert labels == ["jax: 1 skipped, ends at 2^19", "heddle: 0 skipped, ends at 2^21"]
+    assert sorted(t.get_text() for t in ax.texts) == ["$2^{19}$", "$2^{21}$"]
+
+
+def test_plot_value_labels_do_not_overlap(tmp_path):
+    # The middle panel writes each bar's value; on the demo's 7 runs x 2 bars, no two overlap.
+    pytest.importorskip("matplotlib")
+    ones = np.ones(10, np.float32)
+    ref = demo.Result("float32", "jax", ones * 2.17, ones, 41.5, 2.30, 5.0, 1.0, 0, None, None)
+    runs = [ref] + [
+        dataclasses.replace(ref, regime=name, backend=b, losses=ones * (2.17 + d), eval_loss=2.3 + d)
+        for (name, b), d in zip(demo.MODELS["char"].runs[1:], (0.377, 2e-4, -1e-4, 0.02, 0, 0.02, 0),
+                                strict=True)
+    ]  # fmt: skip
+    captured = {}
+    import matplotlib.backends.backend_agg as agg
+
+    class Canvas(agg.FigureCanvasAgg):
+        def print_png(self, path, *a, **k):
+            captured["fig"] = self.figure
+            return super().print_png(path, *a, **k)
+
+    original = agg.FigureCanvasAgg
+    agg.FigureCanvasAgg = Canvas
+    try:
+        plot(runs, str(tmp_path / "p.png"))
+    finally:
+        agg.FigureCanvasAgg = original
+    fig = captured["fig"]
+    renderer = fig.canvas.get_renderer()
+    bar_ax = fig.axes[1]
+    boxes = [t.get_window_extent(renderer) for t in bar_ax.texts]
+    assert len(boxes) == 2 * (len(runs) - 1)
+    for i, a in enumerate(boxes):
+        for b in boxes[i + 1 :]:
+            assert not a.overlaps(b), (a, b)
+
+
+def test_the_training_code_is_loaded_by_the_demo_only():
+    # heddle._demo holds the training code; import heddle does not load it, and heddle.demo (kept
+    # for the notebooks) is the same module's names.
+    code = (
+        "import sys, heddle, heddle.numpy; assert 'heddle._demo' not in sys.modules; "
+        "from heddle import demo, _demo; assert demo.train is _demo.train; "
+        "assert demo._NAMESPACES is _demo._NAMESPACES; print('ok')"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert proc.stdout.strip() == "ok", proc.stderr
+
+
 def test_missing_matplotlib_skips_the_plot(monkeypatch, tmp_path, capsys):
     ones = np.ones(3, np.float32)
     result = demo.Result("float32", "jax", ones, ones, 50.0, 1.0, 10.0, 1.0, 0, None, None)
@@ -327,7 +399,7 @@ def test_partial_chunk_runs_exactly_the_steps():
 def test_steps_per_s_leaves_the_warm_up_chunk_out(monkeypatch):
     # A clock that jumps 1000 s while the first chunk runs (its 4th reading is the first after the
     # first chunk's start): a timing that included the warm-up chunk would see the jump.
-    import heddle.demo as module
+    import heddle._demo as module
 
     real = module.time.perf_counter
     calls = {"n": 0}

@@ -73,6 +73,10 @@ class OpSpec:
         names of the parameters at ``values``' positions, so those work by keyword as well.
       sequence: the position of an argument that is a sequence of value operands (``select``'s
         ``choicelist``); ``values="seq"`` is the same at position 0.
+      own_dtypes: the value operands do not meet: each is resolved, converted and rounded back on
+        its own, and output ``i`` (of a list of outputs) has operand ``i``'s dtype
+        (``broadcast_arrays``, ``meshgrid``: ``_table.OWN_DTYPES``). A Python scalar among them
+        takes the policy's default for its kind, as it would alone.
     """
 
     fn: Callable[..., Any]
@@ -81,6 +85,7 @@ class OpSpec:
     values: tuple[int, ...] | str = "all"
     value_kwargs: tuple[str, ...] = ()
     sequence: int | None = None
+    own_dtypes: bool = False
 
 
 _BY_NAME = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
@@ -270,6 +275,10 @@ def _representative(sig: Any) -> Any:
 
 @functools.lru_cache(maxsize=8192)
 def _plan(spec: OpSpec, p: Policy, sigs: tuple, dtype_arg: Any, x64: bool, widen: bool) -> tuple:
+    if spec.own_dtypes:  # one plan per operand; each field of the plan becomes a tuple of them
+        alone = dataclasses.replace(spec, own_dtypes=False)
+        per = [_plan(alone, p, (s,), dtype_arg, x64, widen) for s in sigs]
+        return tuple(zip(*per, strict=True)) if per else (None,) * 7
     operands = tuple(_representative(s) for s in sigs)
     common = _scalars.resolve(operands, p, check=False)  # the representatives are not the values
     typed_dtypes = [o for o in operands if isinstance(o, np.dtype)]
@@ -577,6 +586,42 @@ def contraction_operand_dtype(common: np.dtype, acc: np.dtype, widen: bool) -> n
     return common
 
 
+def available_int_acc(d: np.dtype, result: np.dtype, acc: np.dtype, p: Policy) -> np.dtype:
+    """The accumulation dtype of a reduction of ``d`` into an explicit ``result``, one JAX can hold.
+
+    POLICY.md 4 accumulates in the promotion ``acc`` of the input's and the result's accumulation
+    dtypes. For two integers that promotion can be int64 (int32 with uint32, as in
+    ``sum(int8, dtype=uint8)``), which JAX lacks while ``jax_enable_x64`` is off. Then the op
+    accumulates in the input's own accumulation dtype: it holds every input value exactly, and
+    sums, products and scans in 32-bit two's complement are exact modulo 2**32, so a result of at
+    most 32 bits (which wraps to its width anyway) gets the same value from either 32-bit
+    accumulator, and a mean (divided after the sum) is that of the exact input values.
+
+    Args:
+      d: the input's dtype (the promotion of the operands).
+      result: the result dtype.
+      acc: the accumulation dtype POLICY.md 4 gives.
+      p: the policy.
+
+    Returns:
+      ``acc``, or the input's accumulation dtype where ``acc`` is an unavailable 64-bit integer.
+
+    Examples:
+      >>> import numpy as np
+      >>> from heddle.ops import _core
+      >>> from heddle.policy._policy import active
+      >>> i8, u8, i32, i64 = map(np.dtype, ("int8", "uint8", "int32", "int64"))
+      >>> _core.available_int_acc(i8, u8, i64, active())  # without jax_enable_x64
+      dtype('int32')
+    """
+    if D.x64_enabled() or D.kind(acc) not in "iu" or not D.is_64bit(acc):
+        return acc
+    own = _rules.acc_dtype(d, p)
+    if D.kind(own) in "biu" and not D.is_64bit(own) and not D.is_64bit(result):
+        return own
+    return acc
+
+
 def _result_and_compute(spec: OpSpec, common: np.dtype, dtype_arg: Any, p: Policy, widen: bool):
     """(result dtype, dtype the operands are converted to, compute dtype, accumulation dtype)."""
     if spec.plan is Plan.ACC_DTYPE:
@@ -589,9 +634,11 @@ def _result_and_compute(spec: OpSpec, common: np.dtype, dtype_arg: Any, p: Polic
                 else D.dtype(dtype_arg)
             )
             acc = _rules.reduction_dtypes(common, result, p)[1]
+        acc = available_int_acc(common, result, acc, p)
         return result, acc, acc, acc
     if spec.plan is Plan.PREFERRED:  # accumulates in the wider of the input's and result's acc
         result, acc = _rules.reduction_dtypes(common, dtype_arg, p)
+        acc = available_int_acc(common, result, acc, p)
         return result, common, contraction_operand_dtype(common, acc, widen), acc
     if dtype_arg is not None:  # dtype= sets the result: operands convert to it directly, once
         result = dtype_arg
@@ -666,9 +713,20 @@ def _vmap_placement(values: Sequence[Any]) -> str | None:
     return "leading" if all(d == 0 for d in dims) else "other"
 
 
+def _field(plan: tuple, k: int, i: int) -> Any:
+    """Field ``k`` of ``plan`` for value operand ``i``: an op with ``own_dtypes`` has one per operand."""
+    f = plan[k]
+    return f[i] if isinstance(f, tuple) else f
+
+
 def _run(spec: OpSpec, plan: tuple, template: tuple, values: Sequence[Any]) -> Any:
     """Steps 2-4: convert explicitly, call JAX with the accumulation dtype, round once."""
     _, result, to, comp, acc, precision, _ = plan
+    if spec.own_dtypes:  # each operand to its own compute dtype; output i back to operand i's dtype
+        vals = [cast(cast(v, to[i]), comp[i]) for i, v in enumerate(values)]
+        args, kwargs = _rebuild(template, vals)
+        out = spec.fn(*args, **kwargs)
+        return type(out)(_round_output(o, r) for o, r in zip(out, result, strict=True))
     vals = [cast(cast(v, to), comp) for v in values]
     args, kwargs = _rebuild(template, vals)
     if spec.plan is Plan.ACC_DTYPE:
@@ -731,8 +789,8 @@ def _range_checked(value: Any, d: np.dtype, p: Policy, typed: np.dtype | None) -
 
 def _check_scalars(operands: Sequence[Any], sigs: tuple, plan: tuple, p: Policy) -> None:
     """Range checks of POLICY.md 3 for the Python scalars (and concrete weak values) in a call."""
-    common, typed = plan[0], plan[-1]
-    for x, sig in zip(operands, sigs, strict=True):
+    for i, (x, sig) in enumerate(zip(operands, sigs, strict=True)):
+        common, typed = _field(plan, 0, i), _field(plan, -1, i)
         if isinstance(sig, type):
             for value in _fill_values(x) or (x,):
                 _range_checked(value, common, p, typed)
@@ -758,15 +816,15 @@ class _Fast(NamedTuple):
     scalars: tuple[int, ...]  # which values are Python scalars (range-checked and materialised)
     memo: dict[tuple, Any]  # (type, value) of a nonzero Python scalar -> its checked NumPy value
 
-    def scalar(self, p: Policy, v: Any) -> Any:
-        """A Python scalar operand range-checked and materialised (memoised but for zeros, whose
-        sign ``==`` does not see)."""
-        key = (type(v), v) if v else None
+    def scalar(self, p: Policy, v: Any, i: int) -> Any:
+        """The Python scalar value operand ``i`` range-checked and materialised (memoised but for
+        zeros, whose sign ``==`` does not see)."""
+        key = (i, type(v), v) if v else None
         out = self.memo.get(key)
         if out is None:
             if p.check_scalar_range:
-                _range_checked(v, self.plan[0], p, self.plan[-1])
-            out = materialise(v, self.plan[2])
+                _range_checked(v, _field(self.plan, 0, i), p, _field(self.plan, -1, i))
+            out = materialise(v, _field(self.plan, 2, i))
             if key is not None and len(self.memo) < 64:
                 self.memo[key] = out
         return out
@@ -788,6 +846,10 @@ def make_op(name: str, spec: OpSpec) -> Callable[..., Any]:
     """Builds the public function for ``spec`` with the signature of ``spec.fn``."""
     if spec.plan is Plan.PASS:
         return spec.fn
+    from heddle.ops._table import OWN_DTYPES  # here: _table reads Plan from this module
+
+    if name in OWN_DTYPES and not spec.own_dtypes:
+        spec = dataclasses.replace(spec, own_dtypes=True)
     spec = with_value_names(spec)
 
     dtype_kw = {Plan.ACC_DTYPE: "dtype", Plan.PREFERRED: "preferred_element_type"}.get(spec.plan)
@@ -836,7 +898,7 @@ def make_op(name: str, spec: OpSpec) -> Callable[..., Any]:
         if hit.scalars:
             values = list(values)
             for i in hit.scalars:
-                values[i] = hit.scalar(p, values[i])
+                values[i] = hit.scalar(p, values[i], i)
         return hit.kernel(*values)
 
     def slow(p: Policy, key_: tuple | None, args: tuple, kwargs: dict[str, Any]) -> Any:
@@ -862,7 +924,7 @@ def make_op(name: str, spec: OpSpec) -> Callable[..., Any]:
         _, plan, kernels = hit
         if p.check_scalar_range and any(type(s) is not tuple or s[1] for s in sigs):
             _check_scalars(operands, sigs, plan, p)
-        values = [materialise(v, plan[2]) for v in operands]
+        values = [materialise(v, _field(plan, 2, i)) for i, v in enumerate(operands)]
         if any(isinstance(v, jax.core.Tracer) for v in values):
             return _run(spec, plan, template, values)
         try:

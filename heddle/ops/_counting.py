@@ -9,8 +9,14 @@ give int64 under ``jax_enable_x64``. Here:
   reduction dtype of the weights (a float keeps its dtype, integers and bool give int32).
 - ``histogram``, ``histogram2d``, ``histogramdd`` give JAX's dtypes (a float, the promotion of the
   sample and the weights) with counts accumulated in float32 and rounded once. The bin edges are
-  JAX's own, computed in the result dtype, and the sample is compared with them exactly (both are
-  converted exactly to float32), so every value lands in the bin the returned edges say.
+  ``histogram_bin_edges``'s, and the sample is compared with them exactly (both are converted
+  exactly to float32), so every value lands in the bin the returned edges say.
+- ``histogram_bin_edges``: edge ``i`` of ``bins`` equal bins over ``[lo, hi]`` (the range, rounded
+  once to the result dtype, or the sample's min and max) is the exact ``lo + i * (hi - lo) / bins``
+  rounded once to the result dtype, computed on the host with rationals whenever ``lo`` and ``hi``
+  are known values (eagerly, and under ``jax.jit`` with a given ``range``). With traced ends (under
+  ``jax.jit`` without ``range``) it is computed in float32 and rounded once, as ``linspace``
+  (JAX computes it in the result dtype: a float16 ``bins=10, range=(0, 1)`` misses 3 of 11 edges).
 - Index grids (``indices``, ``tril_indices``, ``unique``'s indices, ...) give the policy's index
   dtype (POLICY.md 4: int32, not int64 under x64) unless a ``dtype`` is asked for.
 
@@ -25,14 +31,16 @@ from __future__ import annotations
 import builtins
 import functools
 import inspect
+import operator
 from collections.abc import Callable
+from fractions import Fraction
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from heddle.ops._core import cast, compute_dtype, materialise
+from heddle.ops._core import _round_scalar, cast, compute_dtype, materialise
 from heddle.ops._float_op import host_data
 from heddle.policy import _dtypes as D
 from heddle.policy import _rules, _scalars
@@ -82,6 +90,77 @@ def _wide(x: Any, result: np.dtype, acc: np.dtype) -> Any:
     return cast(cast(materialise(x, result), result), acc)
 
 
+def _round_exact(v: Fraction, d: np.dtype) -> np.ndarray:
+    """The rational ``v`` rounded once (to nearest, ties to even) to the float dtype ``d``."""
+    if d.itemsize <= 2:
+        return _round_scalar(v, d)
+    near = np.asarray(float(v), np.float64)  # Python's int / int division rounds once
+    if d == np.float64:
+        return near
+    with np.errstate(over="ignore"):
+        c = near.astype(d)  # within one ulp of the answer: check both neighbours exactly
+        cands = [c, np.nextafter(c, d.type(-np.inf)), np.nextafter(c, d.type(np.inf))]
+    cands = [x for x in cands if np.isfinite(x)] or [c]
+    bits = np.dtype(f"u{d.itemsize}")
+    return min(cands, key=lambda x: (abs(Fraction(float(x)) - v), int(x.view(bits)) & 1))
+
+
+def _host_value(x: Any) -> float | None:
+    """A known scalar as a Python float, or None for a traced one."""
+    try:
+        return float(np.asarray(x, np.float64))
+    except (jax.errors.ConcretizationTypeError, jax.errors.TracerArrayConversionError):
+        return None
+
+
+def _end(e: Any, d: np.dtype) -> Any:
+    """An end of the range rounded once to ``d``: host data (Python and NumPy numbers) on the host,
+    so that it stays a known value under ``jax.jit``; arrays with heddle's cast."""
+    if isinstance(e, (int, float, np.ndarray, np.generic)) and np.ndim(e) == 0:
+        v = e if isinstance(e, int) else float(np.asarray(e, np.float64))
+        if isinstance(v, int) or np.isfinite(v):
+            return _round_exact(Fraction(v), d)
+        return np.asarray(v).astype(d)
+    return cast(materialise(e, d), d)
+
+
+@functools.wraps(jnp.histogram_bin_edges)
+def histogram_bin_edges(
+    a: Any, bins: Any = 10, range: Any = None, weights: Any = None
+) -> jax.Array:
+    a = host_data(a)
+    result = _float_dtypes((a,))[0]
+    return _bin_edges(cast(materialise(a, result), result), bins, range, result)
+
+
+def _bin_edges(a: Any, bins: Any, range: Any, d: np.dtype) -> jax.Array:
+    """The edges of ``bins`` (a count, or the edges themselves) over ``range`` in the float dtype
+    ``d``, each the exact value rounded once (see the module docstring)."""
+    from heddle.ops._creation import asarray
+
+    if isinstance(bins, str) or np.ndim(bins) == 1:
+        return jnp.histogram_bin_edges(a, bins if isinstance(bins, str) else asarray(bins, d))
+    n = operator.index(bins)  # JAX's own error for a non-integer count
+    ends = [a.min(), a.max()] if range is None else list(range)
+    if len(ends) != 2:
+        return jnp.histogram_bin_edges(a, n, range)  # JAX's own error
+    lo, hi = (_end(e, d) for e in ends)
+    known = [_host_value(lo), _host_value(hi)]
+    if None in known:  # traced ends: float32 arithmetic, rounded once (as heddle's linspace)
+        comp = compute_dtype(d, active())
+        lo, hi = cast(lo, comp), cast(hi, comp)
+        same = lo == hi
+        lo, hi = jnp.where(same, lo - 0.5, lo), jnp.where(same, hi + 0.5, hi)
+        return cast(jnp.linspace(lo, hi, n + 1, dtype=comp), d)
+    flo, fhi = (Fraction(v) if np.isfinite(v) else v for v in known)
+    if not all(isinstance(v, Fraction) for v in (flo, fhi)):  # inf or NaN ends: JAX's values
+        return jnp.histogram_bin_edges(a, n, (lo, hi))
+    if flo == fhi:  # numpy's and JAX's rule for an empty range
+        flo, fhi = flo - Fraction(1, 2), fhi + Fraction(1, 2)
+    edges = [_round_exact(flo + i * (fhi - flo) / n, d) for i in builtins.range(n + 1)]
+    return jnp.asarray(np.array(edges, d).reshape(n + 1))
+
+
 @functools.wraps(jnp.histogram)
 def histogram(
     a: Any, bins: Any = 10, range: Any = None, weights: Any = None, density: Any = None
@@ -90,7 +169,7 @@ def histogram(
     result, acc = _float_dtypes((a,) if weights is None else (a, weights))
     a = cast(materialise(a, result), result)
     w = None if weights is None else cast(materialise(weights, result), result)
-    edges = jnp.histogram_bin_edges(a, bins, range, w)  # JAX's edges, in the result dtype
+    edges = _bin_edges(a, bins, range, result)
     counts, _ = jnp.histogram(
         cast(a, acc),
         cast(edges, acc),
@@ -101,7 +180,7 @@ def histogram(
 
 
 def _dd_edges(sample: Any, bins: Any, range: Any, weights: Any) -> list[jax.Array]:
-    """JAX's bin edges of each column of ``sample``, in its dtype (histogramdd's own rule: one
+    """The bin edges of each column of ``sample``, in its dtype (histogramdd's own rule: one
     ``bins`` for every dimension or one per dimension), without counting anything."""
     n_dims = sample.shape[1]
     try:
@@ -110,10 +189,9 @@ def _dd_edges(sample: Any, bins: Any, range: Any, weights: Any) -> list[jax.Arra
         per_dim = n_dims * [bins]
     if len(per_dim) != n_dims:
         return jnp.histogramdd(sample, bins, range, weights)[1]  # JAX's own error
+    d = np.dtype(sample.dtype)
     return [
-        jnp.histogram_bin_edges(
-            sample[:, i], per_dim[i], None if range is None else range[i], weights
-        )
+        _bin_edges(sample[:, i], per_dim[i], None if range is None else range[i], d)
         for i in builtins.range(n_dims)
     ]
 
@@ -214,6 +292,7 @@ _SET_OPS = "union1d intersect1d setdiff1d setxor1d".split()
 
 COUNTING: dict[str, Callable[..., Any]] = {
     "bincount": bincount,
+    "histogram_bin_edges": histogram_bin_edges,
     "histogram": histogram,
     "histogram2d": histogram2d,
     "histogramdd": histogramdd,
@@ -227,8 +306,11 @@ REASONS: dict[str, str] = {
     "bincount": "counts in the index dtype; weights summed in acc_dtype, each bin rounded once",
     **dict.fromkeys(
         "histogram histogram2d histogramdd".split(),
-        "JAX's edges in the result dtype; counts accumulated in float32, rounded once",
+        "each edge the exact lo + i (hi - lo) / bins rounded once to the result dtype; counts "
+        "accumulated in float32, rounded once",
     ),
+    "histogram_bin_edges": "the float dtype of the sample; each edge the exact "
+    "lo + i (hi - lo) / bins rounded once",
     **dict.fromkeys(_INDEX_GRIDS, "integer outputs in the index dtype (int32)"),
     **dict.fromkeys(
         _UNIQUE,

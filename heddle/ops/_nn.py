@@ -195,8 +195,11 @@ def logsumexp(
         a = jnp.where(b != 0, a, jnp.full((), -np.inf, a.dtype))
     ordered = order_dtype(a.dtype)  # a format with no -inf (float8_e8m0fnu): exactly widened first
     m = a if ordered == a.dtype else cast(a, ordered)
+    # the max is a constant of the derivative (as in JAX's): stopped before the reduction, so that
+    # no derivative of reduce_max (its tie count, a sum in a's dtype) is ever built
+    m = lax.stop_gradient(m)
     amax = cast(jnp.max(m, axis=axis, keepdims=True, where=where, initial=-np.inf), comp)
-    amax = lax.stop_gradient(lax.select(jnp.isfinite(amax), amax, lax.full_like(amax, 0)))
+    amax = lax.select(jnp.isfinite(amax), amax, lax.full_like(amax, 0))
     exp_a = lax.exp(lax.sub(cast(a, comp), amax))
     if b is not None:
         exp_a = lax.mul(exp_a, b)

@@ -119,6 +119,7 @@ OPS: dict[str, tuple[OpClass, Plan, tuple[int, ...] | str]] = {
         "amin nanmax nanmin pad".split(),
         (S, UP, FIRST),
     ),
+    # one output per operand, each in that operand's own dtype (OWN_DTYPES): no promotion
     **dict.fromkeys("broadcast_arrays meshgrid".split(), (S, UP, "all")),
     "compress": (S, UP, (1,)),
     "extract": (S, UP, (1,)),
@@ -150,6 +151,11 @@ VALUE_KWARGS: dict[str, tuple[str, ...]] = {
     "select": ("default",),
     "pad": ("constant_values", "end_values"),
 }
+
+# Ops whose value operands never meet: operand i is resolved, converted (to its own float32 copy,
+# for a narrow float) and rounded back exactly on its own, and output i keeps operand i's dtype and
+# bits, as in jax.numpy; a Python scalar among them takes its kind's default, as it would alone.
+OWN_DTYPES = frozenset("broadcast_arrays meshgrid".split())
 
 # name -> position of an argument that is a sequence of value operands
 SEQUENCES: dict[str, int] = {"select": 1}
@@ -211,10 +217,6 @@ PASS_REASONS = {
     "user functions": (
         "applies the user's own function; the ops inside it carry the policy",
         "vectorize apply_along_axis apply_over_axes frompyfunc fromfunction",
-    ),
-    "bin edges": (
-        "evenly spaced edges in the input's float dtype from its min and max (selections); no sum",
-        "histogram_bin_edges",
     ),
     "masks": ("a 0/1 lower-triangular mask: no arithmetic", "tri"),
     "i/o": (

@@ -1,7 +1,7 @@
 """``autocast`` inside higher-order primitives: every body is evaluated under the same rules.
 
-- ``jit``/``pjit`` without sharding or layout annotations, ``closed_call``: evaluated inline (the
-  outer jaxpr holds the rewritten equations; shadows and twins cross the boundary);
+- ``jit``/``pjit`` without sharding or layout annotations, ``closed_call``, ``call``: evaluated
+  inline (the outer jaxpr holds the rewritten equations; shadows and twins cross the boundary);
 - ``jit`` with shardings, ``scan``, ``while``, ``cond``: the body is re-traced through the evaluator
   into a jaxpr with the same avals and the primitive re-bound with it (carries, branch outputs and
   shardings keep their types);
@@ -73,9 +73,11 @@ def _write_outs(frame: Frame, eqn: Any, outs: Sequence[Any]) -> None:
 
 
 def _inline(ev: Any, frame: Frame, eqn: Any, closed: Any) -> None:
+    """``closed`` (a ClosedJaxpr, or an open Jaxpr without constants) evaluated into ``frame``: the
+    body's equations are the outer ones (values, twins and shadows cross the call)."""
     inner = ev.frame()
-    jaxpr = closed.jaxpr
-    for v, c in zip(jaxpr.constvars, closed.consts, strict=True):
+    jaxpr = getattr(closed, "jaxpr", closed)
+    for v, c in zip(jaxpr.constvars, getattr(closed, "consts", ()), strict=True):
         inner.write(v, c)
     for v, a in zip(jaxpr.invars, eqn.invars, strict=True):
         inner.inherit(v, frame, a)
@@ -120,9 +122,11 @@ def _rebind(ev: Any, frame: Frame, eqn: Any, **jaxprs: Any) -> None:
 
 
 def _scan(ev: Any, frame: Frame, eqn: Any) -> None:
-    """A scan, its body under the rules. Its narrow float constants (a weight every step reads)
-    enter as their exact float32 copies, narrowed inside the body: JAX's transpose then sums their
-    cotangents over the steps in float32, as every other sum.
+    """A scan, its body under the rules. Its narrow float constants (a weight every step reads) and
+    per-step inputs ``xs`` enter as their exact float32 twins, narrowed inside the body (the same
+    values): JAX's transpose then sums a constant's cotangents over the steps in float32, as every
+    other sum, and returns float32 cotangents for ``xs``, so what produced them sums its own in
+    float32 too (a gather's scatter-add, flax's ``flip_sequences`` before a reversed RNN).
 
     A scan that is part of one library call (``jnp.polyval``'s, see ``in_library_call``) is one op
     with the rest of that call: its narrow float carries are carried in float32 (each step's
@@ -131,7 +135,10 @@ def _scan(ev: Any, frame: Frame, eqn: Any) -> None:
     keeps its narrow carries (the audit reports the narrow ``scan carry``)."""
     closed, n = eqn.params["jaxpr"], eqn.params["num_consts"]
     seg = ev.segment  # the scan equation's own
-    wide = [i for i, v in enumerate(eqn.invars[:n]) if is_narrow(dtype_of(v))]
+    first_x = n + eqn.params["num_carry"]
+    wide = [
+        i for i, v in enumerate(eqn.invars) if (i < n or i >= first_x) and is_narrow(dtype_of(v))
+    ]
     carried: list[int] = []
     if ev.in_library_call(eqn):
         carry = range(n, n + eqn.params["num_carry"])
@@ -142,7 +149,8 @@ def _scan(ev: Any, frame: Frame, eqn: Any) -> None:
     avals = list(closed.in_avals)
     narrow = {i: avals[i].dtype for i in wide}
     for i in wide:
-        avals[i] = avals[i].update(dtype=np.dtype(np.float32), weak_type=False)
+        acc = ev.acc(np.dtype(avals[i].dtype))
+        avals[i] = avals[i].update(dtype=acc, weak_type=False)
     for i in carried:
         avals[i] = avals[i].update(dtype=ev.acc(np.dtype(avals[i].dtype)), weak_type=False)
     evaluate = body(ev, closed)
@@ -159,8 +167,8 @@ def _scan(ev: Any, frame: Frame, eqn: Any) -> None:
     fn = lu.wrap_init(step, debug_info=closed.jaxpr.debug_info)
     jaxpr, _, consts = pe.trace_to_jaxpr_dynamic(fn, avals)
     operands = list(map(frame.read, eqn.invars))
-    for i in wide:
-        operands[i] = _convert_element_type(operands[i], np.dtype(np.float32))
+    for i in wide:  # the exact twin: cotangents reach it (and what it was copied from) unrounded
+        operands[i] = _convert_element_type(frame.twin(eqn.invars[i]), avals[i].dtype)
     for i in carried:  # the call's float32 value (its shadow) or the exact twin
         operands[i] = _convert_element_type(frame.wide(eqn.invars[i], seg), avals[i].dtype)
     params = dict(eqn.params, jaxpr=_core.ClosedJaxpr(jaxpr, consts))
@@ -353,6 +361,9 @@ def _shard_map(ev: Any, frame: Frame, eqn: Any) -> None:
 
 
 def _closed_call(ev: Any, frame: Frame, eqn: Any) -> None:
+    """``closed_call`` (a ClosedJaxpr: JAX's partial evaluation of a scan under ``jax.checkpoint``
+    stages one) and ``call`` (an open Jaxpr, as ``core.call_p`` stages it): evaluated inline, as a
+    plain ``jit``."""
     _inline(ev, frame, eqn, eqn.params["call_jaxpr"])
 
 
@@ -360,6 +371,7 @@ _HANDLERS = {
     "jit": _jit,
     "pjit": _jit,
     "closed_call": _closed_call,
+    "call": _closed_call,
     "scan": _scan,
     "custom_linear_solve": _linear_solve,
     "while": _while,
@@ -367,7 +379,6 @@ _HANDLERS = {
     "custom_jvp_call": _custom_jvp,
     "custom_vjp_call": _custom_vjp,
     "remat2": _remat,
-    "checkpoint": _remat,
     "shard_map": _shard_map,
 }
 

@@ -30,6 +30,27 @@ class Rule(enum.Enum):
     PASS = "pass"  # bound unchanged, for the reason listed
 
 
+MEANINGS: dict[Rule, str] = {
+    Rule.CONTRACTION: "products summed over contracting dimensions into an acc_dtype (float32) "
+    "accumulator, through preferred_element_type; rounded once",
+    Rule.REDUCTION: "adds or multiplies many terms: the operand at acc_dtype, rounded once",
+    Rule.SCAN: "cumulative: each output element accumulated at acc_dtype, rounded once",
+    Rule.SCATTER: "scatter-add/-sub/-mul: updates at repeated indices accumulate at acc_dtype",
+    Rule.WINDOW: "window sums (sum pooling and the transpose of max pooling) at acc_dtype",
+    Rule.COLLECTIVE: "cross-device sums at acc_dtype",
+    Rule.CONVERT: "a narrowing float conversion rounds once (heddle's correctly rounded cast)",
+    Rule.FLOAT: "narrow float arithmetic computed in float32 and rounded once",
+    Rule.EXACT: "exact in every float format (copies, selections, comparisons, max/min): bound as "
+    "they are",
+    Rule.INDEX: "produce indices or create values: JAX's dtype kept",
+    Rule.MONOID: "a reduction with a body: follows the rule of the reduction its body computes",
+    Rule.HIGHER_ORDER: "hold jaxpr bodies: the bodies are evaluated (autocast) and walked (audit) "
+    "under the same rules",
+    Rule.PASS: "bound unchanged, for the reason listed",
+}
+"""What each rule asks of a primitive (docs/primitives.md prints it)."""
+
+
 def _names(text: str) -> list[str]:
     return text.split()
 
@@ -70,9 +91,9 @@ _GROUPS: dict[Rule, dict[str, str]] = {
     },
     Rule.EXACT: {
         "values copied bit-exactly": (
-            "broadcast_in_dim reshape squeeze expand_dims transpose rev slice dynamic_slice "
-            "dynamic_update_slice gather scatter concatenate pad select_n copy copy_p tile "
-            "split stack unstack stop_gradient optimization_barrier sharding_constraint reshard mesh_cast "
+            "broadcast_in_dim reshape squeeze transpose rev slice dynamic_slice "
+            "dynamic_update_slice gather scatter concatenate pad select_n copy tile split stack "
+            "unstack stop_gradient optimization_barrier sharding_constraint reshard mesh_cast "
             "device_put pvary all_gather all_to_all ppermute psend precv axis_index "
             "layout_constraint with_memory_space_constraint pbroadcast real imag conj complex "
             "reduce_precision"
@@ -101,8 +122,8 @@ _GROUPS: dict[Rule, dict[str, str]] = {
     },
     Rule.HIGHER_ORDER: {
         "bodies interpreted under the same rules": (
-            "jit pjit closed_call core_call call scan while cond custom_jvp_call custom_vjp_call "
-            "remat2 checkpoint shard_map custom_linear_solve"
+            "jit pjit closed_call call scan while cond custom_jvp_call custom_vjp_call remat2 "
+            "shard_map custom_linear_solve"
         ),
     },
     Rule.PASS: {
@@ -171,6 +192,18 @@ REASONS: dict[str, str] = {
     for name in _names(text)
 }
 """Primitive name -> why it has its rule (the group it is listed in)."""
+
+OTHER_VERSIONS: dict[str, str] = {
+    "pjit": "jax < 0.7: the name of jit's primitive (pjit_p), renamed jit",
+    "mesh_cast": "jax 0.5-0.6 (explicit sharding): a cast between mesh axis types, gone by 0.10 "
+    "(reshard)",
+    "random_gamma_grad": "jax <= 0.4: a primitive of lax.special; jax 0.10 computes "
+    "lax.random_gamma_grad from other primitives",
+}
+"""Rows for primitives the installed JAX (0.10.2) does not define, kept for the JAX versions that
+do: primitive name -> which versions, and what became of it. ``tests/programs/test_table_versions.py``
+fails for a row that names neither a primitive of the installed JAX nor an entry here, and for an
+entry the installed JAX defines after all."""
 
 ACCUMULATING = frozenset(
     {Rule.CONTRACTION, Rule.REDUCTION, Rule.SCAN, Rule.SCATTER, Rule.WINDOW, Rule.COLLECTIVE}

@@ -199,11 +199,6 @@ def test_log_ndtr_and_norm_logpdf_do_not_overflow(transform):
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="heddle.scipy.stats.norm.logpdf is JAX's own until heddle/ops/_special.py's build_stats "
-    "takes _formulas.STATS (remove this marker then)",
-)
 def test_public_norm_logpdf_does_not_overflow():
     got = hnorm.logpdf(np.array([1.8446744073709552e19, -2e19], BF16))
     assert np.isfinite(np.asarray(got).astype(np.float64)).all()

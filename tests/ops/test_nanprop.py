@@ -22,9 +22,18 @@ from heddle import autodiff
 
 def test_max_and_min_propagate_nan_on_8_devices(on_8_devices):
     """max/min/amax/amin, nanmax/nanmin (NaN only for all-NaN slices), autocast's reduce_max and
-    reduce_min and heddle.lax.reduce_max/min: rows, columns, a 2x4 mesh and replicated; float32,
-    bfloat16, float16; axis=, keepdims=, initial=, where=; NaN in the first and the last shard,
-    +-inf; eager and jitted; bit for bit against NumPy."""
+    reduce_min and heddle.lax.reduce_max/min: rows and a 2x4 mesh; float32 and bfloat16; axis=,
+    keepdims=, initial=, where=; NaN in the first and the last shard, +-inf; eager and jitted; bit
+    for bit against NumPy (the slow test adds columns, replicated and float16)."""
+    r = on_8_devices(pathlib.Path(__file__).with_name("_nanprop_devices.py"), "--quick")
+    assert r["devices"] == 8
+    assert r["checks"] > 400
+    assert r["bad"] == []
+
+
+@pytest.mark.slow
+def test_max_and_min_propagate_nan_on_8_devices_every_sharding_and_dtype(on_8_devices):
+    """The same on rows, columns, a 2x4 mesh and replicated, float32, bfloat16 and float16."""
     r = on_8_devices(pathlib.Path(__file__).with_name("_nanprop_devices.py"))
     assert r["devices"] == 8
     assert r["checks"] > 1000

@@ -16,6 +16,7 @@ import inspect
 import types
 
 import jax
+import jax.extend.core
 import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
@@ -555,16 +556,6 @@ ALLOWED: dict[tuple[str, str], tuple[frozenset[str], str]] = {
         for n in "gather index_take scatter scatter_max scatter_min".split()
     },
     ("lax", "all_gather"): (_RS, _COLLECTIVE),
-    **{
-        ("lax", n): (
-            _RS,
-            "traced under vmap's named axis, JAX's batching rule broadcasts the float32-summed, "
-            "rounded result back over the axis; the transpose of that broadcast sums the bfloat16 "
-            "cotangents (a vmap artifact: the sum across devices itself is float32, tested on 8 "
-            "devices in test_lax.py)",
-        )
-        for n in ("psum", "pmean")
-    },
 }
 
 

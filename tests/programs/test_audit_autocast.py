@@ -168,12 +168,6 @@ def test_gather_gradient_under_autocast_sums_in_float32():
     assert audit(autocast(_gather_sum), _X1, _IDX, include_backward=True).counts[NA] == 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="autocast passes a scan's bfloat16 xs as bfloat16, so the scan's transpose returns "
-    "bfloat16 cotangents and the gather's scatter-add sums them in bfloat16 (heddle/programs/"
-    "_higher.py _scan: pass narrow xs as float32 twins, as it does for consts)",
-)
 def test_gather_feeding_a_scan_sums_its_gradient_in_float32_under_autocast():
     got = float(jax.grad(autocast(_gather_then_scan))(_X1, _IDX)[0, 0])
     assert abs(got - _EXACT) <= 1.0  # today 32.0, as plain JAX
