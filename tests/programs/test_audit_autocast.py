@@ -9,6 +9,9 @@ one (``bf16.at[i].set(f32)``, the bfloat16 gradient of a mixed-dtype op) still i
 
 from __future__ import annotations
 
+import pathlib
+import runpy
+
 import equinox as eqx
 import flax.linen as nn
 import jax
@@ -69,17 +72,11 @@ def _nnx_case():
     return loss, (linear, jnp.ones((8, 16), BF), _labels())
 
 
+DOCS_MLP = pathlib.Path(__file__).resolve().parents[2] / "docs" / "examples" / "mlp.py"
+
+
 def _plain_mlp_case():
-    def mlp(params, x):
-        for w, b in params[:-1]:
-            x = jax.nn.relu(x @ w + b)
-        w, b = params[-1]
-        return x @ w + b
-
-    def loss(params, x, labels):
-        logp = jax.nn.log_softmax(mlp(params, x))
-        return -jnp.mean(jnp.sum(logp * labels, axis=-1))
-
+    loss = runpy.run_path(str(DOCS_MLP))["loss"]  # the docs' own model, as docs/audit.md shows it
     s = lambda *shape: jax.ShapeDtypeStruct(shape, BF)
     return loss, ([(s(64, 32), s(32)), (s(32, 10), s(10))], s(8, 64), s(8, 10))
 
