@@ -412,57 +412,27 @@ def exp2(x: ArrayLike, /) -> jax.Array:
     return _unflush(out, m * _pow2(jnp.clip(k + _SHIFT, -126, 127)), _SHIFT)
 
 
-@_complex_by(jnp.arcsin)
-def arcsin(x: ArrayLike, /) -> jax.Array:
-    """The inverse sine; for float32 ``|x| < 2**-100`` without JAX's subnormal ``x/2``.
+def _linear_near_zero(jfn: Callable[[ArrayLike], jax.Array], what: str) -> Callable[..., jax.Array]:
+    """JAX's ``jfn`` (``jfn(x) = c x`` near 0) through ``_near_zero``, complex input to ``jfn``."""
 
-    Args:
-      x: a float array.
+    @_complex_by(jfn)
+    def op(x: ArrayLike, /) -> jax.Array:
+        return _near_zero(jfn, jnp.asarray(x))
 
-    Returns:
-      ``arcsin(x)`` in ``x``'s dtype.
-    """
-    return _near_zero(jnp.arcsin, jnp.asarray(x))
-
-
-@_complex_by(jnp.asin)
-def asin(x: ArrayLike, /) -> jax.Array:
-    """The inverse sine (``arcsin``'s array-API name), as ``arcsin``.
-
-    Args:
-      x: a float array.
-
-    Returns:
-      ``asin(x)`` in ``x``'s dtype.
-    """
-    return _near_zero(jnp.asin, jnp.asarray(x))
+    op.__name__ = op.__qualname__ = jfn.__name__
+    op.__doc__ = (
+        f"{what}; for float32 ``|x| < 2**-100`` evaluated at ``x 2**64`` and scaled back, so a\n"
+        "    value that rounds to a normal narrow float is not flushed with its float32 intermediate.\n\n"
+        "    Args:\n      x: a float array.\n\n"
+        f"    Returns:\n      ``{jfn.__name__}(x)`` in ``x``'s dtype.\n"
+    )
+    return op
 
 
-@_complex_by(jnp.deg2rad)
-def deg2rad(x: ArrayLike, /) -> jax.Array:
-    """Degrees to radians, ``x (pi/180)``; not flushed where the float32 product is subnormal but
-    rounds to a normal bfloat16.
-
-    Args:
-      x: a float array.
-
-    Returns:
-      ``deg2rad(x)`` in ``x``'s dtype.
-    """
-    return _near_zero(jnp.deg2rad, jnp.asarray(x))
-
-
-@_complex_by(jnp.radians)
-def radians(x: ArrayLike, /) -> jax.Array:
-    """Degrees to radians (``deg2rad``'s other name), as ``deg2rad``.
-
-    Args:
-      x: a float array.
-
-    Returns:
-      ``radians(x)`` in ``x``'s dtype.
-    """
-    return _near_zero(jnp.radians, jnp.asarray(x))
+arcsin = _linear_near_zero(jnp.arcsin, "The inverse sine")
+asin = _linear_near_zero(jnp.asin, "The inverse sine (``arcsin``'s array-API name)")
+deg2rad = _linear_near_zero(jnp.deg2rad, "Degrees to radians, ``x (pi/180)``")
+radians = _linear_near_zero(jnp.radians, "Degrees to radians (``deg2rad``'s other name)")
 
 
 @_complex_by(_special.erfinv)
