@@ -147,7 +147,7 @@ def _qmatmul(x: jax.Array, q: QArray, r: np.dtype) -> jax.Array:
     def weight(qi: QArray) -> jax.Array:
         if after:
             return hnp.astype(decode(codes(qi), f), od)  # exact: the scale comes after
-        return values(qi, cd)
+        return values(qi, cd, subnormals=False)
 
     n = _chunks(q)
     if n == 1:
