@@ -41,6 +41,7 @@ from jax._src import source_info_util
 from jax.extend import core as jex_core
 
 from heddle.autodiff._rules import contract
+from heddle.autodiff._widen import NotWidened, is_narrow, widen_bind
 
 _F32 = np.dtype("float32")
 
@@ -76,12 +77,6 @@ _COPYING = frozenset(
 )
 
 
-def is_narrow(d: Any) -> bool:
-    """Whether ``d`` is a real float dtype narrower than float32 (its gradients are float32)."""
-    d = np.dtype(d)
-    return bool(jnp.issubdtype(d, jnp.floating)) and d.itemsize < 4
-
-
 def _is_float(d: np.dtype) -> bool:
     return bool(jnp.issubdtype(d, jnp.floating))
 
@@ -96,12 +91,17 @@ def _weak(atom: Any) -> bool:
 
 
 class _Frame:
-    """Values and lazily computed twins of one jaxpr's variables."""
+    """Values and lazily computed twins of one jaxpr's variables.
+
+    ``pending[v]`` is ``(deps, make)``: ``make()`` computes ``v``'s twin once the twins of ``deps``
+    (pairs of a frame and one of its atoms) exist. ``twin`` resolves the pending twins a request needs
+    in dependency order with an explicit stack, so a chain through a whole network does not recurse.
+    """
 
     def __init__(self) -> None:
         self.env: dict[Any, Any] = {}
         self.twins: dict[Any, Any] = {}
-        self.pending: dict[Any, Callable[[], Any]] = {}
+        self.pending: dict[Any, tuple[list[tuple[_Frame, Any]], Callable[[], Any]]] = {}
 
     def read(self, atom: Any) -> Any:
         return atom.val if isinstance(atom, jex_core.Literal) else self.env[atom]
@@ -109,12 +109,25 @@ class _Frame:
     def twin(self, atom: Any) -> Any:
         if isinstance(atom, jex_core.Literal):
             return lax.convert_element_type(atom.val, _F32)
-        t = self.twins.get(atom)
-        if t is None:
-            make = self.pending.pop(atom, None)
-            t = make() if make is not None else lax.convert_element_type(self.env[atom], _F32)
-            self.twins[atom] = t
-        return t
+        stack: list[tuple[_Frame, Any, bool]] = [(self, atom, False)]
+        while stack:
+            frame, a, ready = stack.pop()
+            if a in frame.twins:
+                continue
+            entry = frame.pending.get(a)
+            if entry is None:
+                frame.twins[a] = lax.convert_element_type(frame.env[a], _F32)
+            elif ready:
+                del frame.pending[a]
+                frame.twins[a] = entry[1]()
+            else:
+                stack.append((frame, a, True))
+                stack.extend(
+                    (f, d, False)
+                    for f, d in entry[0]
+                    if not isinstance(d, jex_core.Literal) and d not in f.twins
+                )
+        return self.twins[atom]
 
     def has_twin(self, atom: Any) -> bool:
         return not isinstance(atom, jex_core.Literal) and (
@@ -155,6 +168,8 @@ def _run(frame: _Frame, jaxpr: Any) -> None:
             frame.env[v] = x
         if name in _COPYING and not eqn.primitive.multiple_results:
             _copying_twin(frame, eqn)
+        else:
+            _derived_twin(frame, eqn)
 
 
 def _convert(frame: _Frame, eqn: Any) -> bool:
@@ -210,26 +225,25 @@ def _inline(frame: _Frame, eqn: Any, closed: Any) -> None:
     for v, a in zip(jaxpr.invars, eqn.invars, strict=True):
         inner.env[v] = frame.read(a)
         if frame.has_twin(a):
-            inner.pending[v] = lambda a=a: frame.twin(a)
+            inner.pending[v] = ([(frame, a)], lambda a=a: frame.twin(a))
     _run(inner, jaxpr)
     for v, a in zip(eqn.outvars, jaxpr.outvars, strict=True):
         if isinstance(v, jex_core.DropVar):
             continue
         frame.env[v] = inner.read(a)
         if inner.has_twin(a):
-            frame.pending[v] = lambda a=a: inner.twin(a)
+            frame.pending[v] = ([(inner, a)], lambda a=a: inner.twin(a))
 
 
 def _remat(frame: _Frame, eqn: Any) -> bool:
-    """``jax.checkpoint``: re-wrapped around an evaluation with twins, for the inputs whose twin is
-    already computed (differentiated leaves, mostly). A pending twin is not forced: passing it in
-    would make the checkpoint keep a float32 residual where it keeps a narrow one."""
+    """``jax.checkpoint``: re-wrapped around an evaluation with twins, for the inputs that have one
+    (computed or pending), so cotangents cross the checkpoint in float32."""
     p = eqn.params
     jaxpr = p["jaxpr"]
     if jaxpr.constvars:
         return False
     with_twin = [i for i, a in enumerate(eqn.invars) if not isinstance(a, jex_core.Literal)]
-    with_twin = [i for i in with_twin if eqn.invars[i] in frame.twins]
+    with_twin = [i for i in with_twin if frame.has_twin(eqn.invars[i])]
     if not with_twin:
         return False
 
@@ -244,7 +258,7 @@ def _remat(frame: _Frame, eqn: Any) -> bool:
 
     wrapped = jax.checkpoint(body, prevent_cse=p["prevent_cse"], policy=p["policy"])
     outs = wrapped(
-        [frame.read(a) for a in eqn.invars], [frame.twins[eqn.invars[i]] for i in with_twin]
+        [frame.read(a) for a in eqn.invars], [frame.twin(eqn.invars[i]) for i in with_twin]
     )
     for v, x in zip(eqn.outvars, outs, strict=True):
         if not isinstance(v, jex_core.DropVar):
@@ -259,12 +273,91 @@ def _copying_twin(frame: _Frame, eqn: Any) -> None:
         return
     if not any(frame.has_twin(a) for a in eqn.invars):
         return  # nothing upstream carries a twin: the default conversion is as good
+    deps = [(frame, a) for a in eqn.invars if _dtype(a) == d]
 
     def make() -> Any:
         args = [frame.twin(a) if _dtype(a) == d else frame.read(a) for a in eqn.invars]
         return eqn.primitive.bind(*args, **eqn.primitive.get_bind_params(eqn.params))
 
-    frame.pending[out] = make
+    frame.pending[out] = (deps, make)
+
+
+def _derived_twin(frame: _Frame, eqn: Any) -> None:
+    """Twins for the narrow float outputs of any other equation with a float input.
+
+    Each twin is ``convert(output, float32)`` (its value, exactly) whose derivative is the float32
+    version of the equation's (``_widen``), so the cotangent of a narrow value is float32 and the
+    backward pass of the equation runs at full width. Where the equation has no float32 version, its
+    outputs keep the default twin (JAX's own derivative, at the narrow dtype).
+    """
+    outs = [
+        (k, v)
+        for k, v in enumerate(eqn.outvars)
+        if not isinstance(v, jex_core.DropVar) and _dtype(v) is not None and is_narrow(_dtype(v))
+    ]
+    if not outs or not any(_is_float_atom(a) for a in eqn.invars):
+        return
+    narrow_in = [(frame, a) for a in eqn.invars if _is_narrow_atom(a)]
+    made: list[dict[Any, Any]] = []
+
+    def twins() -> dict[Any, Any]:
+        if not made:
+            made.append(_wide_twins(frame, eqn, outs))
+        return made[0]
+
+    for _, v in outs:
+        frame.pending[v] = (narrow_in, lambda v=v: twins()[v])
+
+
+def _is_float_atom(a: Any) -> bool:
+    d = _dtype(a)
+    return d is not None and _is_float(np.dtype(d))
+
+
+def _is_narrow_atom(a: Any) -> bool:
+    d = _dtype(a)
+    return d is not None and is_narrow(d)
+
+
+def _wide_twins(frame: _Frame, eqn: Any, outs: list[tuple[int, Any]]) -> dict[Any, Any]:
+    wide = [frame.twin(a) if _is_narrow_atom(a) else frame.read(a) for a in eqn.invars]
+    narrow = [frame.env[v] for _, v in outs]
+    floats = [i for i, a in enumerate(eqn.invars) if _is_float_atom(a)]
+    picks = [k for k, _ in outs]
+
+    def widened(*xs: Any) -> list[Any]:
+        args = list(wide)
+        for i, x in zip(floats, xs, strict=True):
+            args[i] = x
+        res = widen_bind(eqn, args)
+        return [lax.convert_element_type(res[k], _F32) for k in picks]
+
+    try:
+        jax.eval_shape(widened, *(wide[i] for i in floats))
+    except (NotWidened, TypeError, ValueError):
+        return {
+            v: lax.convert_element_type(x, _F32) for (_, v), x in zip(outs, narrow, strict=True)
+        }
+    result = _straight_through(widened)(narrow, [wide[i] for i in floats])
+    return {v: t for (_, v), t in zip(outs, result, strict=True)}
+
+
+def _straight_through(widened: Callable[..., list[Any]]) -> Callable[..., list[Any]]:
+    """``f(narrow_outputs, wide_inputs)``: the outputs as float32, differentiated as ``widened``."""
+
+    @jax.custom_jvp
+    def f(narrow: list[Any], wide: list[Any]) -> list[Any]:
+        del wide
+        return [lax.convert_element_type(x, _F32) for x in narrow]
+
+    def rule(primals: Any, tangents: Any) -> tuple[list[Any], list[Any]]:
+        narrow, wide = primals
+        _, t_wide = tangents
+        _, t_out = jax.jvp(widened, tuple(wide), tuple(t_wide))
+        return f(narrow, wide), list(t_out)
+
+    f.defjvp(rule)
+    return f
 
 
 def evaluate(

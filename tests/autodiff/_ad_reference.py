@@ -7,23 +7,19 @@ float32 partial sums differently in another computation, so a separate forward r
 
 ``replay_grad`` then runs the model in float64 with jax.numpy. Each op's float64 output is replaced
 by the recorded value but keeps the float64 op's derivative (``y + stop_gradient(recorded - y)``), and
-the cotangent reaching each op's output (the sum over all its uses) is rounded once to the op's
-narrow dtype, which is what POLICY.md 7 specifies: float32 sums inside an op and across uses, one
-rounding per op boundary, none at a parameter. Ops that only copy values (``max``, ``min``) round
-nothing. ``jax.grad`` of the replay is then the policy's backward pass computed in float64.
+no cotangent is rounded: POLICY.md 7 keeps the cotangent of every narrow value at its gradient dtype
+(float32), so the policy's backward pass differs from this float64 one only by float32 sums.
+``jax.grad`` of the replay is then the policy's backward pass computed in float64.
 """
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 
 import heddle.numpy as hnp
-
-COPYING = frozenset({"max", "min"})
 
 
 class Recording:
@@ -41,37 +37,17 @@ class Recording:
         return op
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
-def _round_cotangent(y, dtype):
-    return y
-
-
-def _round_fwd(y, dtype):
-    return y, None
-
-
-def _round_bwd(dtype, _, ct):
-    return (ct.astype(jnp.float32).astype(dtype).astype(ct.dtype),)
-
-
-_round_cotangent.defvjp(_round_fwd, _round_bwd)
-
-
 class _Replay:
-    def __init__(self, values, *, round_cotangents: bool) -> None:
+    def __init__(self, values) -> None:
         self.values = list(values)
         self.i = 0
-        self.round = round_cotangents
 
     def __getattr__(self, name: str):
         def op(*args, **kwargs):
             y = getattr(jnp, name)(*args, **kwargs)
             rec = self.values[self.i]
             self.i += 1
-            y = y + jax.lax.stop_gradient(jnp.asarray(rec, jnp.float64) - y)
-            if self.round and name not in COPYING:
-                y = _round_cotangent(y, rec.dtype)
-            return y
+            return y + jax.lax.stop_gradient(jnp.asarray(rec, jnp.float64) - y)
 
         return op
 
@@ -81,5 +57,5 @@ def replay_grad(model_loss, recorded, params, x):
     with jax.enable_x64(True):
         p64 = {k: jnp.asarray(v).astype(jnp.float64) for k, v in params.items()}
         x64 = jnp.asarray(x).astype(jnp.float64)
-        replay = lambda p, rec: model_loss(_Replay(rec, round_cotangents=True), p, x64)
+        replay = lambda p, rec: model_loss(_Replay(rec), p, x64)
         return jax.device_get(jax.jit(jax.grad(replay))(p64, list(recorded)))

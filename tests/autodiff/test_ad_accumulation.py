@@ -71,9 +71,9 @@ def test_many_uses_of_one_leaf_sum_in_float32(transform):
 
 
 def test_many_uses_of_an_intermediate_value(transform):
-    """An op's bfloat16 result read by 200 ops: their contributions are summed in float32 and the sum
-    is rounded once, to bfloat16, where the value was produced (JAX rounds every contribution and
-    adds them in bfloat16)."""
+    """An op's bfloat16 result read by 200 ops: their contributions are summed in float32, and the
+    sum, the cotangent of a bfloat16 value, stays float32 through the op that produced it (JAX rounds
+    every contribution and adds them in bfloat16)."""
     x = jnp.array([0.75, -1.25], BF16)
     cs = np.linspace(0.013, 0.5, 200).astype(np.float32)
 
@@ -82,13 +82,14 @@ def test_many_uses_of_an_intermediate_value(transform):
         return sum((h.astype(F32) * F32(c)).sum() for c in cs)
 
     total = sum(Fraction(float(c)) for c in cs)  # the cotangent of h, exactly
-    once = Fraction(float(ml_dtypes.bfloat16(float(total))))  # rounded once to bfloat16
-    ulp = Fraction(2) ** (int(np.floor(np.log2(float(total)))) - 7)
-    assert abs(abs(total - once) - ulp / 2) > f32_sum_bound(200, total)  # not near a tie
+    once = Fraction(float(ml_dtypes.bfloat16(float(total))))  # what a bfloat16 cotangent holds
+    assert abs(total - once) > 2 * f32_sum_bound(200, total)  # rounding it would show
     g = transform(autodiff.grad(f))(x)
-    assert g.dtype == F32 and [Fraction(float(v)) for v in np.asarray(g)] == [3 * once] * 2
+    assert g.dtype == F32
+    for v in np.asarray(g):
+        assert abs(Fraction(float(v)) - 3 * total) <= 3 * f32_sum_bound(201, total)
     plain = np.asarray(transform(jax.grad(f))(x), np.float64)
-    assert (plain != float(3 * once)).all()
+    assert (plain != float(3 * total)).all()
 
 
 def test_long_contraction_weight_gradient(transform):

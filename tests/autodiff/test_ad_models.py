@@ -1,8 +1,8 @@
 """Gradients of a bfloat16 MLP and a one-block transformer against a float64 reference.
 
 The models run through heddle.numpy. The reference (``_ad_reference``) is computed in float64 from
-the same bfloat16 parameters and the same rounded forward pass, with each op's cotangent rounded once
-to the op's dtype at the op's output, as POLICY.md 7 specifies, and nothing else rounded. heddle's
+the same bfloat16 parameters and the same rounded forward pass, with no cotangent rounded: POLICY.md 7
+keeps every cotangent of a narrow value in float32. heddle's
 backward pass must be within a float32 accumulation bound of it; plain ``jax.grad`` on the same
 forward pass (which also rounds every gradient to the parameter's dtype and adds the contributions of
 several uses in that dtype) is shown beside it, outside that bound. The jitted comparisons run in a
@@ -27,9 +27,9 @@ from heddle import autodiff
 
 HERE = pathlib.Path(__file__).resolve().parent
 BF16 = jnp.bfloat16
-# Longest float32 sum in these models: 256 rows; measured ~1e-7 (bfloat16) and ~5e-6 (float16, whose
-# rounded cotangents are 8x finer, so a float32 sum landing near a rounding tie shows more often).
-BOUND = 2.0**-14
+# Longest float32 sum in these models: 256 rows; measured 2.6e-7 in all three cases. A cotangent rounded
+# to the narrow dtype anywhere shows as ~1e-4 (float16) to ~4e-3 (bfloat16).
+BOUND = 2.0**-18
 CASES = ["mlp-bfloat16", "mlp-float16", "transformer-bfloat16"]
 
 
@@ -54,7 +54,7 @@ def test_gradients_against_float64_reference(errors, case):
     assert ours["dtypes"] == ["float32"] and plain["dtypes"] == [dtype]
     assert ours["value_is_last_op"] and plain["value_is_last_op"]
     assert ours["err"] <= BOUND, ours
-    assert plain["err"] > 3 * BOUND, plain  # measured: bfloat16 ~2e-3 to 5e-3, float16 ~2e-4
+    assert plain["err"] > 30 * BOUND, plain  # measured: bfloat16 ~2e-3 to 5e-3, float16 ~4e-4
 
 
 def test_eager_gradients_against_float64_reference():

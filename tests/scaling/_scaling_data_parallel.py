@@ -106,7 +106,7 @@ def shard_mapped(axis_name):
 
 
 def autodiff_under_shard_map():
-    """heddle.autodiff.grad inside shard_map with a collective in the loss, against jax.grad."""
+    """heddle.autodiff.grad inside shard_map with a collective in the loss, against float64."""
     mesh = jax.make_mesh((8,), ("data",))
     x0 = jnp.linspace(-1.0, 1.0, 8 * 4 * 6, dtype=F32).reshape(32, 6).astype(jnp.bfloat16)
     x = x0
@@ -123,9 +123,14 @@ def autodiff_under_shard_map():
 
     x = jax.device_put(x, NamedSharding(mesh, P("data")))
     ours, theirs = grads(autodiff.grad), grads(jax.grad)
+    x64, w64 = np.asarray(x0, np.float64), np.asarray(w, np.float64)
+    exact = 2 * x64.T @ (x64 @ w64)  # d/dw sum((x w)^2) over all 32 rows
     return {
         "dtype": str(ours.dtype),
-        "max_abs_diff": float(jnp.max(jnp.abs(ours - theirs.astype(F32)))),
+        "rel_err": float(np.max(np.abs(np.asarray(ours, np.float64) - exact) / np.abs(exact))),
+        "jax_rel_err": float(
+            np.max(np.abs(np.asarray(theirs, np.float64) - exact) / np.abs(exact))
+        ),
     }
 
 

@@ -36,7 +36,10 @@ def test_per_replica_check_trap(observed):
 
 
 def test_autodiff_grad_under_shard_map(observed):
-    assert observed["autodiff"] == {"dtype": "float32", "max_abs_diff": 0.0}
+    """float32 gradient within float32 sums of the exact one; jax.grad's is rounded to bfloat16."""
+    r = observed["autodiff"]
+    assert r["dtype"] == "float32" and r["rel_err"] <= 2.0**-20, r
+    assert r["jax_rel_err"] > 2.0**-10, r
 
 
 def _ok(r):
