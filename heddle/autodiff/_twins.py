@@ -332,29 +332,50 @@ def _wide_twins(frame: _Frame, eqn: Any, outs: list[tuple[int, Any]]) -> dict[An
         res = widen_bind(eqn, args)
         return [lax.convert_element_type(res[k], _F32) for k in picks]
 
-    try:
-        jax.eval_shape(widened, *(wide[i] for i in floats))
-    except (NotWidened, TypeError, ValueError):
-        return {
-            v: lax.convert_element_type(x, _F32) for (_, v), x in zip(outs, narrow, strict=True)
-        }
-    result = _straight_through(widened)(narrow, [wide[i] for i in floats])
+    if eqn.primitive.name == "dot_general" and len(floats) == 2:
+        tangent = _dot_tangent(eqn.params)
+    else:
+
+        def tangent(ins: Any, xs: Any, ts: Any) -> list[Any]:
+            del ins
+            return list(jax.jvp(widened, tuple(xs), tuple(ts))[1])
+
+        try:
+            jax.eval_shape(widened, *(wide[i] for i in floats))
+        except (NotWidened, TypeError, ValueError):
+            return {
+                v: lax.convert_element_type(x, _F32) for (_, v), x in zip(outs, narrow, strict=True)
+            }
+    ins = [frame.read(a) for a in eqn.invars]
+    result = _straight_through(tangent)(narrow, [wide[i] for i in floats], ins)
     return {v: t for (_, v), t in zip(outs, result, strict=True)}
 
 
-def _straight_through(widened: Callable[..., list[Any]]) -> Callable[..., list[Any]]:
-    """``f(narrow_outputs, wide_inputs)``: the outputs as float32, differentiated as ``widened``."""
+def _dot_tangent(params: dict[str, Any]) -> Callable[..., list[Any]]:
+    """A narrow-output contraction's float32 tangent, taken against the narrow operands (as
+    ``_rules.contract``): the backward contractions read the narrow residuals, not float32 copies."""
+    kw = dict(params, preferred_element_type=_F32)
+
+    def tangent(ins: Any, xs: Any, ts: Any) -> list[Any]:
+        (lhs, rhs), (t_lhs, t_rhs) = ins, ts
+        del xs
+        return [lax.dot_general(t_lhs, rhs, **kw) + lax.dot_general(lhs, t_rhs, **kw)]
+
+    return tangent
+
+
+def _straight_through(tangent: Callable[..., list[Any]]) -> Callable[..., list[Any]]:
+    """``f(narrow_outputs, wide_inputs, inputs)``: the outputs as float32 (exactly), whose tangent is
+    ``tangent(inputs, wide_inputs, their_tangents)``."""
 
     @jax.custom_jvp
-    def f(narrow: list[Any], wide: list[Any]) -> list[Any]:
-        del wide
+    def f(narrow: list[Any], wide: list[Any], ins: list[Any]) -> list[Any]:
+        del wide, ins
         return [lax.convert_element_type(x, _F32) for x in narrow]
 
     def rule(primals: Any, tangents: Any) -> tuple[list[Any], list[Any]]:
-        narrow, wide = primals
-        _, t_wide = tangents
-        _, t_out = jax.jvp(widened, tuple(wide), tuple(t_wide))
-        return f(narrow, wide), list(t_out)
+        narrow, wide, ins = primals
+        return f(narrow, wide, ins), tangent(ins, wide, tangents[1])
 
     f.defjvp(rule)
     return f
