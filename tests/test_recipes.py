@@ -46,6 +46,9 @@ def runs():
         exec(compile(code["scaled"], f"{DOC}:scaled", "exec"), ns)
         out["mixed_float16"] = (ns["params"], ns["opt_state"], ns["acc"])
         out["scaled_ns"] = ns
+        ns = dict(ns)  # recipe 2 without the loss scale
+        exec(compile(code["unscaled"], f"{DOC}:unscaled", "exec"), ns)
+        out["unscaled_float16"] = ns["acc_unscaled"]
         ns = dict(base)
         exec(compile(code["equinox"], f"{DOC}:equinox", "exec"), ns)
         out["equinox"] = (ns["model"], ns["opt_state"], ns["acc"])
@@ -73,7 +76,7 @@ def test_precision_examples_print_what_the_page_says():
 
 
 def test_every_recipe_is_present():
-    assert set(blocks()) == {"setup", "masters", "scaled", "equinox"}
+    assert set(blocks()) == {"setup", "masters", "scaled", "unscaled", "equinox"}
 
 
 def test_float32_baseline_learns(runs):
@@ -121,6 +124,11 @@ def test_float16_compute_with_dynamic_loss_scale_matches_float32(runs):
     scale = ns["final_scale"]
     assert 1.0 <= scale <= 2.0**24 and np.log2(scale) == int(np.log2(scale))  # a power of two
     assert 0 <= ns["skipped"] < 2000 // 10
+
+
+def test_float16_compute_without_loss_scaling_matches_float32(runs):
+    """float32 cotangents (heddle.autodiff): no loss scale needed for the backward pass."""
+    assert abs(runs["unscaled_float16"] - runs["float32"][2]) <= 0.5
 
 
 def test_equinox_recipe(runs):

@@ -8,10 +8,10 @@ arguments and return JAX's structures, with three differences:
   float32 gradient of its shape (JAX: float0 or an error), so parameters and gradients zip.
 - The forward pass is unchanged: every primal value is bit for bit what the function computes
   without differentiation.
-- Cotangents are summed in float32. Where the function uses heddle's ops, every sum of cotangent
-  contributions (a bias broadcast over a batch, a contraction, a gather's repeated indices, a scan,
-  the uses of one value by several ops) accumulates in float32 and is rounded once, to the value's
-  dtype, at the op that produced the value; a parameter's gradient is never rounded.
+- Every cotangent of a narrow float value is float32 (``grad_dtype``), from the loss to every leaf:
+  a cotangent float32 holds is never flushed by float16's range or rounded to bfloat16's 8 bits,
+  every sum of cotangent contributions is a float32 sum, and a parameter's gradient is never rounded.
+  Forward-mode tangents follow the same rule.
 
 Why JAX needs help, and how it is done
 --------------------------------------
@@ -28,21 +28,23 @@ from JAX's rule that a cotangent has its primal's dtype:
    (``add_any``);
 2. the gradient of a bfloat16 parameter is a bfloat16 array: the float32 sum an op computed for it
    is rounded to bfloat16 at the end (a bias broadcast over 65,000 rows with cotangent 0.1 gets
-   6496 instead of 6506.35), and a parameter used by several ops gets case 1 as well.
+   6496 instead of 6506.35), and a parameter used by several ops gets case 1 as well;
+3. every cotangent between ops has its value's narrow dtype: float16 flushes a cotangent below 6e-8
+   to zero (a loss normalised by a large global batch has such cotangents everywhere), which is
+   what loss scaling exists to work around.
 
 heddle.autodiff differentiates with respect to a float32 copy of each narrow leaf and evaluates the
 function's jaxpr with a float32 *twin* beside each narrow value (``_twins``): every
 ``convert(v -> float32)`` of a narrow ``v`` returns ``v``'s twin, one variable shared by all uses, so
-JAX's own ``add_any`` sums the uses in float32 and the transpose of the producing op's rounding rounds
-the total once; ``dot_general`` on narrow operands takes its tangent through the twins
-(``_rules.contract``); value-copying ops (reshape, transpose, slicing, gather, ...) carry the twins
-along; and a leaf's twin is the variable being differentiated, so its gradient is the float32 sum,
-never rounded. The primal computations are bound unchanged, so the forward pass is bit for bit the
-plain one, and XLA removes the twins that nothing needs. Cotangents between ops keep the narrow dtype
-of their value, as in JAX, so the backward pass moves no more bytes than plain ``jax.grad`` (keeping
-them in float32 everywhere measured 1.1-1.7x slower on the transformer benchmark). Where the function
-uses plain JAX on narrow values those values keep JAX's behaviour; the result dtypes are heddle's
-either way.
+JAX's own ``add_any`` sums the uses in float32; value-copying ops (reshape, transpose, slicing,
+gather, ...) apply themselves to the twins; ``dot_general`` on narrow operands with a float32 result
+takes its tangent through the twins (``_rules.contract``); and every other equation with a narrow
+result gives it a twin whose value is the result, exactly, and whose derivative is the equation's
+computed in float32 (``_widen``: narrow dtypes in parameters and literals become float32, bodies of
+``jit``, ``cond``, ``scan`` and ``while`` are widened recursively, a ``custom_jvp`` function keeps its
+rule, widened; a rounding to a narrow dtype has derivative 1). The primal computations are bound
+unchanged, so the forward pass is bit for bit the plain one, and XLA removes the twins that nothing
+needs.
 
 Higher orders compose: ``hessian`` is ``jacfwd(jacrev(fun))`` with heddle's transforms, and the outer
 one sees the inner one's backward pass as ordinary equations with twins of their own. Forward-mode
@@ -50,13 +52,11 @@ tangents follow the same rule as cotangents.
 
 ``jax.checkpoint`` is kept (re-applied around the evaluation, with the leaves' twins passed in).
 
-Limits: ``scan``, ``while``, ``cond``, ``shard_map`` and custom_jvp/custom_vjp functions are
-evaluated as they are (their bodies see no twins), and a function whose Python control
-flow depends on argument values is differentiated directly (gradients at the right dtypes, a narrow
-leaf's gradient rounded once to the leaf's dtype). A plain ``jax.grad`` applied outside a heddle
-transform sees only JAX's rules. On CPU, XLA's YNN fusion may compute a contraction, elementwise ops
-and a reduction in one float32 kernel and skip a rounding written between them: under ``jax.jit`` a
-cotangent can then be rounded less often than this page says (never more often).
+Limits: ``custom_vjp`` functions, bit casts and the bodies of ``shard_map`` and ``pmap`` keep JAX's
+derivative (a narrow value they produce has a cotangent of its own dtype), and a function whose Python
+control flow depends on argument values is differentiated directly (gradients at the right dtypes,
+cotangents as in JAX). A plain ``jax.grad`` applied outside a heddle transform sees only JAX's rules,
+``jax.grad(heddle.autocast(f))`` included: autocast's narrow results are narrow values.
 
 Examples:
   A bias broadcast over 65,000 rows, cotangent 0.1 (bfloat16: 0.10009765625) on every row; the

@@ -4,28 +4,29 @@ This is the mechanism of heddle.autodiff (see the package docstring for why it i
 function is traced once to a jaxpr; the jaxpr is then evaluated equation by equation, binding the same
 primitives with the same parameters, so every primal value is bit for bit the one the plain call
 computes. Beside each narrow float variable ``v`` (bfloat16, float16, float8, float4) the evaluator
-can produce its *twin*: one float32 array with exactly ``v``'s values, shared by every use. Three
+can produce its *twin*: one float32 array with exactly ``v``'s values, shared by every use. Four
 rewrites use the twins; everything else is bound unchanged:
 
 1. ``convert_element_type(v -> float32/float64)`` of a narrow ``v`` (how heddle's ops enter their
    float32 path) returns ``v``'s twin. All uses of ``v`` then read one float32 variable, so JAX sums
-   their cotangent contributions in float32 (its ``add_any`` works at the variable's dtype) and the
-   sum is rounded once, to ``v``'s dtype, where ``v`` was produced (the transpose of the producing
-   op's final rounding). For a differentiated leaf the twin is the float32 variable heddle.autodiff
-   differentiates with respect to: its gradient is never rounded at all.
+   their cotangent contributions in float32 (its ``add_any`` works at the variable's dtype). For a
+   differentiated leaf the twin is the float32 variable heddle.autodiff differentiates with respect
+   to: its gradient is never rounded at all.
 2. ``dot_general`` with a narrow operand and a float32 result (heddle's contractions, with
-   ``preferred_element_type=float32``) becomes ``contract``: same forward, tangent through the twins,
-   so a contraction's cotangent joins the float32 sum of rule 1 instead of being rounded first.
+   ``preferred_element_type=float32``) becomes ``contract``: same forward, tangent through the twins.
 3. Operations that only copy values (reshape, transpose, broadcast, slicing, gather, concatenate,
-   pad, select, neg, abs, max, min, ...) give their result the same operation applied to the twins,
-   so a transposed or reshaped leaf (``w.T``) and a gather's repeated indices keep float32 sums.
+   pad, select, neg, abs, max, min, ...) give their result the same operation applied to the twins.
+4. Every other equation with a narrow float result gives it the twin ``convert(result, float32)``
+   whose derivative is the equation's own computed in float32 (``_widen``; a narrow-result
+   contraction's tangent reads the narrow operands): the cotangent of every narrow value is float32,
+   so none is flushed by a narrow format's range. Where an equation has no float32 version
+   (``custom_vjp``, bit casts, ``shard_map`` bodies), its result's twin is the plain conversion and
+   its derivative JAX's own.
 
 Twins are created lazily: a twin nobody asks for is never computed. Calls to ``jax.jit``-compiled
-functions without sharding annotations are evaluated inline so the rewrites reach inside them; other
-``jax.checkpoint`` is re-applied around an evaluation with twins for the inputs whose twin exists
-already (the differentiated leaves), so its rematerialisation is kept. Other higher-order primitives
-(``scan``, ``while``, ``cond``, custom_jvp/custom_vjp functions, ``shard_map``) are bound unchanged,
-and a narrow value crossing into them has a cotangent of its own dtype, as in JAX.
+functions without sharding annotations are evaluated inline so the rewrites reach inside them;
+``jax.checkpoint`` is re-applied around an evaluation with twins for the inputs that have one, so its rematerialisation is kept. Other higher-order primitives (``scan``, ``while``,
+``cond``, custom_jvp functions) are bound unchanged; rule 4 widens them for the derivative.
 """
 
 from __future__ import annotations

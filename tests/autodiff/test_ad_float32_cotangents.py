@@ -214,3 +214,55 @@ def test_one_rounding_through_exact_ops_is_bit_exact():
         == np.full(4, np.float64(c) * 2, np.float64).astype(np.float32).tobytes()
     )
     assert not np.asarray(jax.grad(f)(jnp.full(4, 0.5, F32))).any()
+
+
+def _scan_loss(w):
+    x = jnp.full((64,), 1e-3, F16)
+
+    def step(c, xi):
+        c = jnp.tanh(c + xi * w.astype(F16))
+        return c, c
+
+    return jnp.sum(jax.lax.scan(step, jnp.zeros((), F16), x)[1].astype(F32)) * 1e-6
+
+
+def _cond_loss(w):
+    x = jnp.full((64,), 1e-3, F16)
+    h = jax.lax.cond(w > 0, lambda v: jnp.tanh(x * v.astype(F16)), lambda v: x * v.astype(F16), w)
+    return jnp.sum(h.astype(F32)) * 1e-6
+
+
+def _fori_loss(w):
+    x = jnp.full((64,), 1e-3, F16)
+    h = jax.lax.fori_loop(0, 3, lambda i, h: h * F16(1.5), x * w.astype(F16))
+    return jnp.sum(h.astype(F32)) * 1e-6
+
+
+def _float64_twin(loss):
+    """The same loss in float64 (the float16 constants rounded as the float16 program has them)."""
+
+    def f(w):
+        x = jnp.full((64,), float(np.float16(1e-3)), jnp.float64)
+        if loss is _scan_loss:
+
+            def step(c, xi):
+                c = jnp.tanh(c + xi * w)
+                return c, c
+
+            return jnp.sum(jax.lax.scan(step, jnp.zeros((), jnp.float64), x)[1]) * 1e-6
+        if loss is _cond_loss:
+            return jnp.sum(jnp.tanh(x * w)) * 1e-6
+        return jnp.sum(x * w * 1.5**3) * 1e-6
+
+    return f
+
+
+@pytest.mark.parametrize("loss", [_scan_loss, _cond_loss, _fori_loss], ids=["scan", "cond", "fori"])
+def test_loop_and_branch_bodies_keep_float32_cotangents(loss, transform):
+    """The cotangents inside scan, cond and while bodies are float32 too (float64 reference)."""
+    with jax.enable_x64(True):
+        exact = float(jax.grad(_float64_twin(loss))(0.5))
+    got = float(transform(autodiff.grad(loss))(jnp.float32(0.5)))
+    np.testing.assert_allclose(got, exact, rtol=2e-3)
+    plain = float(jax.grad(loss)(jnp.float32(0.5)))
+    assert abs(plain - exact) > 4e-3 * abs(exact)  # float16 cotangents: flushed or subnormal
