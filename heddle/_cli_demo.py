@@ -465,11 +465,11 @@ def add_demo_parser(subparsers: Any) -> argparse.ArgumentParser:
       >>> parser.parse_args(["demo", "--steps", "50"]).steps
       50
     """
-    from heddle._demo import MODELS
+    from heddle._demo_catalog import CATALOG  # --help imports no JAX
 
     models = "; ".join(
-        f"{m.name}: {m.description}, regimes {', '.join(m.regimes)}, {m.config.steps} steps"
-        for m in MODELS.values()
+        f"{name}: {m.description}, regimes {', '.join(m.regimes)}, {m.steps} steps"
+        for name, m in CATALOG.items()
     )
     p = subparsers.add_parser(
         "demo",
@@ -484,7 +484,7 @@ def add_demo_parser(subparsers: Any) -> argparse.ArgumentParser:
         ),
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    p.add_argument("--model", choices=tuple(MODELS), default="char", help="the model to train")
+    p.add_argument("--model", choices=tuple(CATALOG), default="char", help="the model to train")
     # "%(default).0s" prints nothing: where the default is the model's, the help says so in words
     p.add_argument(
         "--steps",

@@ -27,7 +27,7 @@ sys.modules["heddle"] = pkg
 sys.argv[0] = sys.argv[2]
 from heddle.__main__ import main
 out = {}
-for argv in (["--help"], ["audit", "--help"], ["table", "--help"]):
+for argv in (["--help"], ["audit", "--help"], ["table", "--help"], ["demo", "--help"]):
     text = io.StringIO()
     with contextlib.redirect_stdout(text), contextlib.suppress(SystemExit):
         main(argv)
@@ -58,6 +58,7 @@ def _bare(argv0: str) -> dict:
 def test_help_of_the_command_line_and_of_audit_imports_no_jax():
     out = _bare("/venv/bin/heddle")
     assert out["jax"] == []
+    assert "--model {char,mlp}" in out["demo --help"] and "2000 steps" in out["demo --help"]
     assert "{table,demo,audit}" in out["--help"]
     assert "--fail-on KIND" in out["audit --help"] and "--include-backward" in out["audit --help"]
     assert "--format {markdown,html,csv}" in out["table --help"]
@@ -126,3 +127,15 @@ def test_main_runs_the_subcommand_it_builds(capsys):
     assert capsys.readouterr().out == ",int8,uint8\nint8,int8,int16\nuint8,int16,uint8\n"
     with pytest.raises(SystemExit):  # a subcommand listed by name only is never the one run
         heddle_main.main(["table", "--format", "latex"])
+
+
+def test_the_demo_catalog_lists_the_models_own_regimes_and_steps():
+    from heddle._demo import MODELS
+    from heddle._demo_catalog import CATALOG
+
+    assert tuple(CATALOG) == tuple(MODELS)
+    for name, entry in CATALOG.items():
+        model = MODELS[name]
+        assert entry.regimes == tuple(model.regimes), name
+        assert entry.steps == model.config.steps, name
+        assert entry.description == model.description, name

@@ -47,6 +47,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from heddle._demo_catalog import CATALOG
 from heddle.policy import Precision
 
 
@@ -430,8 +431,7 @@ class Model:
 MODELS: dict[str, Model] = {
     "char": Model(
         "char",
-        "next-character model of Python's own source: 32 characters in, embedding 96x8, "
-        "256-64 ReLU, 64-96 softmax",
+        CATALOG["char"].description,
         char_model,
         _init_char,
         _char_data,
@@ -452,7 +452,7 @@ MODELS: dict[str, Model] = {
     ),
     "mlp": Model(
         "mlp",
-        "64-128-10 MLP on scikit-learn's digits",
+        CATALOG["mlp"].description,
         mlp_model,
         _init_mlp,
         _mlp_data,
