@@ -1,0 +1,16 @@
+"""``jax.scipy.stats.beta`` under heddle's dtype policy: float32 for narrow inputs, rounded once.
+
+Examples:
+  >>> import heddle.scipy.stats.beta
+  >>> heddle.scipy.stats.beta.pdf(0.5, 2.0, 2.0)
+  Array(1.5000013, dtype=float32)
+"""
+
+from __future__ import annotations
+
+from heddle.scipy import _build
+
+_NAMES = _build.distribution("beta")
+globals().update(_NAMES)
+
+__all__ = sorted(_NAMES)

@@ -1,0 +1,16 @@
+"""``jax.scipy.stats.betabinom`` under heddle's dtype policy: float32 for narrow inputs, rounded once.
+
+Examples:
+  >>> import heddle.scipy.stats.betabinom
+  >>> heddle.scipy.stats.betabinom.pmf(1, 2, 1.0, 1.0)
+  Array(0.33333302, dtype=float32)
+"""
+
+from __future__ import annotations
+
+from heddle.scipy import _build
+
+_NAMES = _build.distribution("betabinom")
+globals().update(_NAMES)
+
+__all__ = sorted(_NAMES)

@@ -1,0 +1,16 @@
+"""``jax.scipy.stats.binom`` under heddle's dtype policy: float32 for narrow inputs, rounded once.
+
+Examples:
+  >>> import heddle.scipy.stats.binom
+  >>> heddle.scipy.stats.binom.pmf(1, 2, 0.5)
+  Array(0.5000001, dtype=float32)
+"""
+
+from __future__ import annotations
+
+from heddle.scipy import _build
+
+_NAMES = _build.distribution("binom")
+globals().update(_NAMES)
+
+__all__ = sorted(_NAMES)

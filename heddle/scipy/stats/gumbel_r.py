@@ -1,0 +1,16 @@
+"""``jax.scipy.stats.gumbel_r`` under heddle's dtype policy: float32 for narrow inputs, rounded once.
+
+Examples:
+  >>> import heddle.scipy.stats.gumbel_r
+  >>> heddle.scipy.stats.gumbel_r.cdf(0.0)
+  Array(0.36787945, dtype=float32)
+"""
+
+from __future__ import annotations
+
+from heddle.scipy import _build
+
+_NAMES = _build.distribution("gumbel_r")
+globals().update(_NAMES)
+
+__all__ = sorted(_NAMES)

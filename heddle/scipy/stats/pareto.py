@@ -1,0 +1,16 @@
+"""``jax.scipy.stats.pareto`` under heddle's dtype policy: float32 for narrow inputs, rounded once.
+
+Examples:
+  >>> import heddle.scipy.stats.pareto
+  >>> heddle.scipy.stats.pareto.cdf(2.0, 1.0)
+  Array(0.5, dtype=float32)
+"""
+
+from __future__ import annotations
+
+from heddle.scipy import _build
+
+_NAMES = _build.distribution("pareto")
+globals().update(_NAMES)
+
+__all__ = sorted(_NAMES)
