@@ -20,7 +20,7 @@ from typing import Any
 
 from heddle._cli_common import usage_error
 
-HELP = "audit a function for narrow accumulation, implicit promotion, lossy conversion"
+HELP = "audit a function for narrow sums and cotangents, implicit promotion, lossy conversion"
 """The subcommand's line in ``python -m heddle --help``."""
 
 KINDS: tuple[str, ...] = (
@@ -29,6 +29,7 @@ KINDS: tuple[str, ...] = (
     "lossy_conversion",
     "float64_unavailable",
     "unclassified_primitive",
+    "narrow_cotangent",
 )
 """``heddle.programs.KINDS``, spelled out so that building the parser (``audit --help``) does not
 import JAX; a test keeps the two equal."""
@@ -346,7 +347,9 @@ def add_audit_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="audit heddle.autocast(function): what is left once the policy is applied",
     )
     p.add_argument(
-        "--include-backward", action="store_true", help="also audit the backward pass (the VJP)"
+        "--include-backward",
+        action="store_true",
+        help="also audit the backward pass (the VJP), its narrow cotangents included",
     )
     p.add_argument(
         "--include-explicit",

@@ -124,12 +124,15 @@ for backend in ("heddle", "jax"):
 #   float32 master weights and bfloat16 compute the curve follows float32's.
 # - **float16 trains on this task without loss scaling too**: the digits MLP's gradients stay inside
 #   float16's range, so the unscaled run has no non-finite step, and its loss follows float32's.
-#   Dynamic loss scaling is insurance that costs little when it is not needed: the scaled run skips a
-#   handful of steps and ends at the same loss.
+#   Dynamic loss scaling is insurance that costs little when it is not needed.
 # - **The loss scale** doubles after every 50 consecutive finite steps until the scaled gradients
-#   overflow float16; that step is skipped (parameters and optimiser state unchanged) and the scale is
-#   halved (the x marks). The lines above give, for heddle's `dynamic_loss_scale` and for the same
-#   algorithm written by hand in plain JAX, the scale of the first overflow and the steps skipped.
+#   overflow; that step is skipped (parameters and optimiser state unchanged) and the scale is halved
+#   (the x marks). With plain JAX the scaled float16 *cotangents* overflow float16 (at 2**19 here),
+#   so the scale backs off and steps are skipped. heddle's backward pass keeps every cotangent of a
+#   float16 value in float32 (`heddle.autodiff`, POLICY.md 7): nothing overflows, no step is skipped,
+#   and the scale climbs to its maximum (2**24). The lines above give, for heddle's
+#   `dynamic_loss_scale` and for the same algorithm written by hand in plain JAX, the scale of the
+#   first overflow and the steps skipped.
 #
 # These are measurements of one seed on one small model; the demo prints the same table with and without
 # heddle for all five regimes (`python -m heddle demo --steps 2000`).

@@ -44,15 +44,21 @@ def _contraction(
         out = dot(*primals)
         terms = []
         if not isinstance(t_lhs, SymbolicZero):
-            terms.append(lax.dot_general(t_lhs, rhs, **kw))
+            terms.append(lax.dot_general(t_lhs, like(rhs, t_lhs), **kw))
         if not isinstance(t_rhs, SymbolicZero):
-            terms.append(lax.dot_general(lhs, t_rhs, **kw))
+            terms.append(lax.dot_general(like(lhs, t_rhs), t_rhs, **kw))
         if not terms:
             return out, lax.full_like(out, 0)
         return out, terms[0] if len(terms) == 1 else terms[0] + terms[1]
 
     dot.defjvp(dot_jvp, symbolic_zeros=True)
     return dot
+
+
+def like(x: jax.Array, other: jax.Array) -> jax.Array:
+    """``x`` converted, explicitly and exactly, to ``other``'s dtype where they differ (a narrow
+    residual meeting a float32 tangent): the contraction then has one operand dtype."""
+    return x if x.dtype == other.dtype else lax.convert_element_type(x, other.dtype)
 
 
 def contract(

@@ -41,7 +41,7 @@ from jax import lax
 from jax._src import source_info_util
 from jax.extend import core as jex_core
 
-from heddle.autodiff._rules import contract
+from heddle.autodiff._rules import contract, like
 from heddle.autodiff._widen import NotWidened, is_narrow, widen_bind
 
 _F32 = np.dtype("float32")
@@ -360,7 +360,10 @@ def _dot_tangent(params: dict[str, Any]) -> Callable[..., list[Any]]:
     def tangent(ins: Any, xs: Any, ts: Any) -> list[Any]:
         (lhs, rhs), (t_lhs, t_rhs) = ins, ts
         del xs
-        return [lax.dot_general(t_lhs, rhs, **kw) + lax.dot_general(lhs, t_rhs, **kw)]
+        return [
+            lax.dot_general(t_lhs, like(rhs, t_lhs), **kw)
+            + lax.dot_general(like(lhs, t_rhs), t_rhs, **kw)
+        ]
 
     return tangent
 

@@ -85,6 +85,13 @@ def audit(
       ``include_explicit=True``, since an explicit cast is the program saying where to round.
     - ``float64_unavailable``: float64 asked for (a 64-bit argument, ``astype(float64)``) while
       ``jax_enable_x64`` is off, so JAX silently uses 32 bits.
+    - ``unclassified_primitive``: a primitive heddle's table of rules does not list.
+    - ``narrow_cotangent``: in a backward pass (``include_backward=True``, or a function such as
+      ``jax.grad(f)`` that holds one), cotangents stored narrower than ``grad_dtype`` of their
+      value, as ``jax.grad``/``jax.vjp`` store every bfloat16, float16 or float8 value's (float16
+      flushes a cotangent below 6e-8 to zero, bfloat16 keeps 8 significant bits); one finding per
+      source line and dtype. ``heddle.autodiff.grad``/``value_and_grad`` keep them in float32, also
+      for ``heddle.autocast(f)``, whose narrow results get narrow cotangents under ``jax.grad``.
 
     JAX's promotion mode is the caller's: under ``jax.numpy_dtype_promotion('strict')`` (or
     ``heddle.policy.enforce()``) a mixed-dtype op fails to trace instead of being reported.
@@ -96,7 +103,8 @@ def audit(
         and integer arrays beside the floats; the backward pass starts from a unit cotangent on
         every float output.
       *args: its positional arguments; arrays may be ``jax.ShapeDtypeStruct``.
-      include_backward: also audit the backward pass (``fn``'s VJP with unit cotangents).
+      include_backward: also audit the backward pass (``fn``'s VJP with unit cotangents), its
+        narrow cotangents included.
       include_explicit: also report lossy conversions the code asked for explicitly.
       **kwargs: its keyword arguments.
 

@@ -25,6 +25,7 @@ IMPLICIT_PROMOTION = "implicit_promotion"
 LOSSY_CONVERSION = "lossy_conversion"
 FLOAT64_UNAVAILABLE = "float64_unavailable"
 UNCLASSIFIED = "unclassified_primitive"
+NARROW_COTANGENT = "narrow_cotangent"
 
 # From the one table of primitive rules (``_table``), which autocast reads too.
 CONTRACTIONS = names(Rule.CONTRACTION)

@@ -12,6 +12,7 @@ from heddle.programs._audit_ir import (
     IMPLICIT_PROMOTION,
     LOSSY_CONVERSION,
     NARROW_ACCUMULATION,
+    NARROW_COTANGENT,
     UNCLASSIFIED,
     RawFinding,
 )
@@ -23,6 +24,7 @@ KINDS: tuple[str, ...] = (
     LOSSY_CONVERSION,
     FLOAT64_UNAVAILABLE,
     UNCLASSIFIED,
+    NARROW_COTANGENT,
 )
 """Every kind of finding, in the order reports list their counts."""
 
@@ -34,12 +36,15 @@ class Finding:
     Attributes:
       kind: one of ``KINDS``: ``"narrow_accumulation"``, ``"implicit_promotion"``,
         ``"lossy_conversion"``, ``"float64_unavailable"``, ``"unclassified_primitive"`` (a primitive the
-        table of rules does not list: heddle.autocast binds it unchanged).
+        table of rules does not list: heddle.autocast binds it unchanged), ``"narrow_cotangent"`` (a
+        backward pass that stores cotangents narrower than ``grad_dtype``, as ``jax.grad`` does for
+        every bfloat16, float16 or float8 value; one finding per source line and dtype).
       primitive: the JAX primitive (``"reduce_sum"``, ``"dot_general"``, ``"exp+reduce_sum"`` for the
-        softmax pattern, ``"convert_element_type"``, the promoted op such as ``"add"``).
+        softmax pattern, ``"convert_element_type"``, the promoted op such as ``"add"``); for a narrow
+        cotangent, the backward primitives that store them, comma-separated.
       dtypes: the operands' dtypes (short names; ``float``/``int`` for Python scalars).
-      out_dtype: the dtype the primitive produces or accumulates into.
-      shapes: the operands' shapes.
+      out_dtype: the dtype the primitive produces or accumulates into (a narrow cotangent's dtype).
+      shapes: the operands' shapes (a narrow cotangent's: the cotangents' shapes).
       file: the user's source file ("" when unknown).
       line: the line in it (0 when unknown).
       function: the function that line is in.
@@ -48,9 +53,9 @@ class Finding:
       origin: ``"implicit"`` or ``"explicit"`` for conversions and promotions, else ``""``.
       note: what is wrong and what the policy asks for.
       path: the nested bodies it sits in (``"jit[layer] > scan"``), "" at top level.
-      expected: what the policy asks for instead: ``acc_dtype`` for a narrow accumulation, heddle's
-        promotion for an implicit promotion where it differs from JAX's (``"error (PromotionError)"``
-        where heddle refuses the pair), else "".
+      expected: what the policy asks for instead: ``acc_dtype`` for a narrow accumulation,
+        ``grad_dtype`` for a narrow cotangent, heddle's promotion for an implicit promotion where it
+        differs from JAX's (``"error (PromotionError)"`` where heddle refuses the pair), else "".
       count: how many equations gave this same finding (a loop body traced once counts once).
 
     Examples:
@@ -162,7 +167,7 @@ class AuditReport:
       >>> len(report), report.counts["narrow_accumulation"], [f.primitive for f in report]
       (1, 1, ['cumsum'])
       >>> print(str(report).splitlines()[0])
-      audit of <lambda> (forward): 1 finding(s): narrow_accumulation 1, implicit_promotion 0, lossy_conversion 0, float64_unavailable 0, unclassified_primitive 0
+      audit of <lambda> (forward): 1 finding(s): narrow_accumulation 1, implicit_promotion 0, lossy_conversion 0, float64_unavailable 0, unclassified_primitive 0, narrow_cotangent 0
     """
 
     function: str
@@ -232,13 +237,25 @@ class AuditReport:
         hits = [f for f in self.findings if f.kind in ks]
         if not hits:
             return
+        found = {f.kind for f in hits}
+        fixes = []
+        if found - {NARROW_COTANGENT}:
+            fixes.append(
+                "Run the function under heddle.autocast (heddle.autocast(fn)), which accumulates "
+                "every sum in float32 and rounds once, or call heddle.numpy/heddle.nn/heddle.lax "
+                "functions; convert explicitly where dtypes mix"
+            )
+        if NARROW_COTANGENT in found:
+            fixes.append(
+                f"{'For the narrow cotangents, d' if fixes else 'D'}ifferentiate with "
+                "heddle.autodiff.grad or value_and_grad (also of heddle.autocast(fn)), which keep "
+                "every cotangent in float32"
+            )
         raise PolicyError(
             message(
                 f"audit of {self.function}",
-                f"{len(hits)} finding(s) of kind {', '.join(sorted({f.kind for f in hits}))}",
-                "Run the function under heddle.autocast (heddle.autocast(fn)), which accumulates "
-                "every sum in float32 and rounds once, or call heddle.numpy/heddle.nn/heddle.lax "
-                "functions; convert explicitly where dtypes mix",
+                f"{len(hits)} finding(s) of kind {', '.join(sorted(found))}",
+                "; ".join(fixes),
             )
             + "\n"
             + _table(hits)

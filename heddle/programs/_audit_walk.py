@@ -5,7 +5,8 @@ Narrow accumulation (POLICY.md 5): an equation that adds (or multiplies) up many
 accumulator is narrower than ``acc_dtype`` of its inputs (``reduce_sum``, window sums, ``cumsum``,
 scatter-add, ``psum``, and ``dot_general``/``conv_general_dilated`` through their
 ``preferred_element_type``), and the ``exp``-then-sum pattern of softmax/logsumexp with the ``exp`` in
-a narrow float. The conversion rules are in ``_audit_convert``.
+a narrow float. The conversion rules are in ``_audit_convert``, the narrow-cotangent rule in
+``_audit_cotangent``.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from jax.extend import core as jcore
 from heddle.policy import _dtypes as D
 from heddle.policy._rules import acc_dtype
 from heddle.programs._audit_convert import ConversionRules
+from heddle.programs._audit_cotangent import CotangentRules, body_cotangents
 from heddle.programs._audit_ir import (
     ACCUMULATIONS,
     CONTRACTIONS,
@@ -44,7 +46,7 @@ from heddle.programs._audit_source import LIBRARY_BODY, Site, SiteCache
 from heddle.programs._table import rule
 
 
-class Walker(ConversionRules):
+class Walker(ConversionRules, CotangentRules):
     """Applies the rules to a closed jaxpr; ``findings`` collects what they report."""
 
     def __init__(self, include_explicit: bool) -> None:
@@ -53,14 +55,21 @@ class Walker(ConversionRules):
         self.findings: list[RawFinding] = []
         self._promotions_seen: set[int] = set()
         self._unclassified: set[str] = set()
+        self._cotangent_groups = {}
 
     # -- traversal -----------------------------------------------------------------------------
 
-    def walk(self, jaxpr: Any, ctx: Ctx | None = None) -> None:
-        """Walks ``jaxpr`` (a Jaxpr or ClosedJaxpr) and every jaxpr nested in its equations."""
+    def walk(self, jaxpr: Any, ctx: Ctx | None = None, cotangents: set[Any] | None = None) -> None:
+        """Walks ``jaxpr`` (a Jaxpr or ClosedJaxpr) and every jaxpr nested in its equations.
+
+        ``cotangents`` are the inputs of ``jaxpr`` that hold cotangents (a body a backward equation
+        calls); the walk of the outermost jaxpr (no ``ctx``) also finishes the findings."""
+        top = ctx is None
         jaxpr = getattr(jaxpr, "jaxpr", jaxpr)
         ctx = ctx or Ctx(None, False, False, ())
         level = Level(jaxpr)
+        cts = set(cotangents or ())
+        constants: set[Any] = set()
         for eqn in jaxpr.eqns:
             name = eqn.primitive.name
             if rule(name) is None and name not in self._unclassified:
@@ -85,6 +94,7 @@ class Walker(ConversionRules):
             if name in LOOPS:
                 self._loop_carries(eqn, ctx)
             subs = list(subjaxprs(eqn.params))
+            computes_cotangents = self._cotangent(eqn, ctx, cts, constants, bool(subs))
             if subs:
                 site = self._site(eqn)
                 label = name + (f"[{eqn.params['name']}]" if "name" in eqn.params else "")
@@ -95,7 +105,10 @@ class Walker(ConversionRules):
                     (*ctx.path, label),
                 )
                 for sub in subs:
-                    self.walk(sub, inner)
+                    body = getattr(sub, "jaxpr", sub)
+                    self.walk(sub, inner, body_cotangents(eqn, body, cts, computes_cotangents))
+        if top:
+            self._finish_cotangents()
 
     def _site(self, eqn: Any) -> Site:
         return self.sites.site(eqn.source_info.traceback)

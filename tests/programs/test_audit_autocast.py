@@ -24,7 +24,7 @@ from heddle import autocast
 from heddle.programs import _audit
 
 audit = _audit.audit
-NA, IP, LC, F64, UNC = _audit.KINDS
+NA, IP, LC, F64, UNC, NC = _audit.KINDS
 BF, F32 = jnp.bfloat16, jnp.float32
 
 
