@@ -11,7 +11,10 @@ computed changes (the accumulator, the one rounding). The rules:
 - narrow float arithmetic: computed at acc_dtype;
 - conversions that can change a value: heddle's correctly rounded cast;
 - exact operations: bound as they are (computed on float32 shadows inside a call that has them);
-- higher-order primitives: their bodies evaluated by the same rules (``_higher``).
+- higher-order primitives: their bodies evaluated by the same rules (``_higher``);
+- the equations of a known library call (``jnp.log10``, ``jax.nn.gelu``, ...: ``_known``): computed
+  as heddle's own function of the call's input, which uses the constants and formulas JAX's
+  narrow trace has lost.
 
 Results computed at a wider dtype are rounded once to the equation's own dtype (``Frame``); see
 ``_frame`` for the shadows that keep a library call's intermediates in float32.
@@ -19,8 +22,9 @@ Results computed at a wider dtype are rounded once to the equation's own dtype (
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import jax
@@ -47,6 +51,7 @@ from heddle.policy import _lattice
 from heddle.policy._errors import PolicyError
 from heddle.policy._policy import Policy
 from heddle.policy._rules import acc_dtype
+from heddle.programs import _known
 from heddle.programs._audit_source import SiteCache
 from heddle.programs._frame import Frame, _here, dtype_of, is_narrow
 from heddle.programs._table import NARROW_ONLY, Rule, rule
@@ -127,17 +132,26 @@ class Evaluator:
     # -- the loop ----------------------------------------------------------------------------------
 
     def run(self, frame: Frame, jaxpr: Any) -> None:
-        """Evaluates every equation of ``jaxpr`` (a Jaxpr) into ``frame``."""
-        for eqn in jaxpr.eqns:
+        """Evaluates every equation of ``jaxpr`` (a Jaxpr) into ``frame``; the equations of a known
+        library call (``_known``) as heddle's own function of its input."""
+        eqns = jaxpr.eqns
+        i = 0
+        while i < len(eqns):
+            eqn = eqns[i]
             seg = self._segment(eqn)
-            with (
-                source_info_util.user_context(
-                    eqn.source_info.traceback,
-                    name_stack=source_info_util.current_name_stack() + eqn.source_info.name_stack,
-                ),
-                eqn.ctx.manager,
-            ):
+            known = _known.calls(self._key, frame, jaxpr, i)
+            if known is not None:
+                i, found = known
+                for call in found:
+                    with _context(call.eqn):
+                        _known.evaluate(frame, call, seg)
+                continue
+            with _context(eqn):
                 self.eqn(frame, eqn, seg)
+            i += 1
+
+    def _key(self, eqn: Any) -> Any:
+        return self.sites.site(eqn.source_info.traceback).key
 
     def eqn(self, frame: Frame, eqn: Any, seg: int) -> None:
         """One equation under its rule."""
@@ -186,6 +200,19 @@ class Evaluator:
         acc = self.acc(d) if D.kind(d) in "biuf" else d
         x = frame.read(a)
         return x if acc == d else lax.convert_element_type(x, acc)
+
+
+@contextlib.contextmanager
+def _context(eqn: Any) -> Iterator[None]:
+    """What an equation is bound under: its source information and its context (``eqn.ctx``)."""
+    with (
+        source_info_util.user_context(
+            eqn.source_info.traceback,
+            name_stack=source_info_util.current_name_stack() + eqn.source_info.name_stack,
+        ),
+        eqn.ctx.manager,
+    ):
+        yield
 
 
 # -- rules ---------------------------------------------------------------------------------------

@@ -112,6 +112,13 @@ class Frame:
             self.contexts[v] = source_info_util.current()
         self.pending[v] = _here(lambda: cast(wide, d))
 
+    def computed(self, atom: Any) -> Any | None:
+        """The atom's value where it is computed already (a constant, an input), else None: reading
+        it computes nothing."""
+        if isinstance(atom, jcore.Literal):
+            return atom.val
+        return self.env.get(atom)
+
     def has_value(self, atom: Any) -> bool:
         return isinstance(atom, jcore.Literal) or atom in self.env or atom in self.pending
 
