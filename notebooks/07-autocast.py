@@ -62,9 +62,10 @@ y = jax.ShapeDtypeStruct((64,), jnp.int32)
 # ## The audit, before and after
 #
 # The plain model accumulates narrowly in every layer, forward and backward. Under `autocast` the
-# same code, with the same parameters and dtypes, has none left; what the audit still lists are the
-# backward pass's cotangents rounded to bfloat16, the dtype of the values they belong to (the
-# gradients of the float32 masters stay float32).
+# same code, with the same parameters and dtypes, has none left; what the audit still lists are
+# `narrow_cotangent`s: the backward pass it traces is plain `jax.vjp`'s, which stores the cotangent of
+# each bfloat16 value in bfloat16. The gradient function a training step calls,
+# `heddle.autodiff.grad(heddle.autocast(loss))`, keeps them in float32 and audits clean.
 
 # %%
 before = heddle.audit(loss, params, x, y, include_backward=True)
@@ -74,6 +75,8 @@ for f in before.of_kind("narrow_accumulation")[:6]:
 
 after = heddle.audit(heddle.autocast(loss), params, x, y, include_backward=True)
 print(str(after).splitlines()[0])
+trained = heddle.audit(heddle.autodiff.grad(heddle.autocast(loss)), params, x, y)
+print(str(trained).splitlines()[0])
 
 kinds = [k for k in heddle.programs.KINDS if before.counts[k] or after.counts[k]]
 fig, ax = plt.subplots(figsize=(7, 2.6))
