@@ -42,9 +42,10 @@ from jax._src import source_info_util
 from jax.extend import core as jex_core
 
 from heddle.autodiff._rules import contract, like
-from heddle.autodiff._widen import NotWidened, is_narrow, widen_bind
+from heddle.autodiff._widen import is_narrow, widen_bind
 
 _F32 = np.dtype("float32")
+_IEEE_LIKE = frozenset(np.dtype(d) for d in (jnp.bfloat16, jnp.float16, jnp.float8_e5m2))
 
 # Primitives whose single result copies values of its operands of the result's dtype.
 _COPYING = frozenset(
@@ -117,7 +118,7 @@ class _Frame:
                 continue
             entry = frame.pending.get(a)
             if entry is None:
-                frame.twins[a] = lax.convert_element_type(frame.env[a], _F32)
+                frame.twins[a] = _exactly(frame.env[a])
             elif ready:
                 del frame.pending[a]
                 frame.twins[a] = entry[1]()
@@ -343,7 +344,7 @@ def _wide_twins(frame: _Frame, eqn: Any, outs: list[tuple[int, Any]]) -> dict[An
 
         try:
             jax.eval_shape(widened, *(wide[i] for i in floats))
-        except (NotWidened, TypeError, ValueError):
+        except Exception:  # no float32 version of this equation: JAX's own derivative is kept
             return {
                 v: lax.convert_element_type(x, _F32) for (_, v), x in zip(outs, narrow, strict=True)
             }
@@ -368,6 +369,17 @@ def _dot_tangent(params: dict[str, Any]) -> Callable[..., list[Any]]:
     return tangent
 
 
+def _exactly(x: Any) -> Any:
+    """``x`` (narrow) as float32, with its rounding pinned: XLA may otherwise drop the round trip of
+    a narrow result computed in float32 (``xla_allow_excess_precision``) and pass the unrounded
+    float32 value on, so the forward value would differ from the plain program's."""
+    wide = lax.convert_element_type(x, _F32)
+    if np.dtype(x.dtype) not in _IEEE_LIKE:  # reduce_precision models formats with inf only
+        return wide
+    info = jnp.finfo(x.dtype)
+    return lax.reduce_precision(wide, exponent_bits=info.nexp, mantissa_bits=info.nmant)
+
+
 def _straight_through(tangent: Callable[..., list[Any]]) -> Callable[..., list[Any]]:
     """``f(narrow_outputs, wide_inputs, inputs)``: the outputs as float32 (exactly), whose tangent is
     ``tangent(inputs, wide_inputs, their_tangents)``."""
@@ -375,7 +387,7 @@ def _straight_through(tangent: Callable[..., list[Any]]) -> Callable[..., list[A
     @jax.custom_jvp
     def f(narrow: list[Any], wide: list[Any], ins: list[Any]) -> list[Any]:
         del wide, ins
-        return [lax.convert_element_type(x, _F32) for x in narrow]
+        return [_exactly(x) for x in narrow]
 
     def rule(primals: Any, tangents: Any) -> tuple[list[Any], list[Any]]:
         narrow, wide, ins = primals

@@ -56,7 +56,10 @@ def _widen_param(p: Any) -> Any:
             raise NotWidened("an open body whose widened form needs constants")
         return closed.jaxpr
     if isinstance(p, tuple):
-        return tuple(_widen_param(e) for e in p)
+        items = [_widen_param(e) for e in p]
+        if hasattr(p, "_fields"):  # a NamedTuple of dimension numbers: keep its type
+            return type(p)(*items)
+        return tuple(items)
     if isinstance(p, np.dtype | type) and is_narrow(p):
         return _F32
     return p
@@ -81,8 +84,8 @@ def widen_closed(closed: Any) -> Any:
         out = jax.make_jaxpr(lambda *xs: widen_eval(closed.jaxpr, closed.consts, xs))(*in_avals)
     except NotWidened:
         raise
-    except (TypeError, ValueError) as e:
-        raise NotWidened(str(e)) from e
+    except Exception as e:  # a body that does not retype: JAX's own derivative is kept for it
+        raise NotWidened(f"{type(e).__name__}: {e}") from e
     want = [(tuple(a.shape), _F32 if is_narrow(a.dtype) else a.dtype) for a in closed.out_avals]
     got = [(tuple(a.shape), a.dtype) for a in out.out_avals]
     if want != got:

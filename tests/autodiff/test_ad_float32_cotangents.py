@@ -266,3 +266,85 @@ def test_loop_and_branch_bodies_keep_float32_cotangents(loss, transform):
     np.testing.assert_allclose(got, exact, rtol=2e-3)
     plain = float(jax.grad(loss)(jnp.float32(0.5)))
     assert abs(plain - exact) > 4e-3 * abs(exact)  # float16 cotangents: flushed or subnormal
+
+
+_IDX = jnp.array([0, 2, 2])
+_SEG = jnp.array([0, 0, 1, 1, 2, 2, 3, 3])
+_TAKE = jnp.array([0, 1, 1, 2, 3, 4, 5, 6])
+
+
+def _conv(w):
+    x = jnp.linspace(-1, 1, 64).reshape(1, 1, 8, 8).astype(BF16)
+    return jax.lax.conv_general_dilated(x, w, (1, 1), "SAME")
+
+
+# Primitives whose parameters are NamedTuples of dimension numbers (scatter, gather, conv), at the top
+# level and inside a loop body: their float32 versions must keep the parameters' types.
+STRUCTURED = {
+    "scatter-add": (lambda v: jnp.zeros(8, BF16).at[_IDX].add(v[:3]), jnp.arange(8) / 8),
+    "scatter-max": (lambda v: jnp.zeros(8, BF16).at[_IDX].max(v[:3]), jnp.arange(8) / 8),
+    "segment_sum": (lambda v: jax.ops.segment_sum(v, _SEG, 4), jnp.arange(8) / 8),
+    "conv": (_conv, jnp.ones((1, 1, 3, 3)) / 9),
+    "gather in fori": (
+        lambda v: jax.lax.fori_loop(0, 2, lambda i, c: c * v[_TAKE], v),
+        jnp.arange(1, 9) / 8,
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(STRUCTURED))
+def test_structured_parameters_differentiate(name, transform):
+    """As jax.grad does, at float32: within the rounding of JAX's bfloat16 gradient."""
+    fn, arg = STRUCTURED[name]
+    arg = jnp.asarray(arg, BF16)
+
+    def loss(v):
+        return jnp.sum(fn(v).astype(F32))
+
+    g = transform(autodiff.grad(loss))(arg)
+    assert g.dtype == F32
+    plain = np.asarray(jax.grad(loss)(arg), np.float64)
+    np.testing.assert_allclose(np.asarray(g, np.float64), plain, rtol=2.0**-7, atol=1e-30)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known limit (docs/autodiff.md): a widened loop body is differentiated along its float32 "
+    "trajectory, so control flow that depends on narrow rounding inside a scan/while differs",
+)
+def test_a_loop_follows_the_narrow_trajectory():
+    """The derivative of a scan is taken along the values the bfloat16 program computes: s + 0.001
+    stays 1.0 in bfloat16, so the branch never fires and dy/dy0 is 1 (along a float32 trajectory
+    the branch fires 50 times: 1.5**50)."""
+
+    def h(y0):
+        def step(c, _):
+            s, y = c
+            s = s + BF16(0.001)
+            return (s, jnp.where(s > BF16(1.05), y * BF16(1.5), y)), None
+
+        init = (jnp.array(1.0, BF16), y0.astype(BF16))
+        return jax.lax.scan(step, init, None, length=100)[0][1].astype(F32)
+
+    assert float(h(jnp.float32(1.0))) == 1.0
+    for tr in (lambda f: f, jax.jit):
+        assert float(tr(autodiff.grad(h))(jnp.float32(1.0))) == 1.0
+        assert float(tr(autodiff.jacfwd(h))(jnp.float32(1.0))) == 1.0
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x: jnp.where(x > 0, x * x, x + x).astype(F32).sum(),
+        lambda x: jnp.max(x * x).astype(F32),
+        lambda x: jnp.abs((x * x).T).astype(F32).sum(),
+    ],
+    ids=["where", "max", "abs-transpose"],
+)
+def test_jitted_value_is_the_plain_value_bit_for_bit(fn):
+    """XLA may drop a narrow rounding it sees round-tripped through float32; the value returned by
+    value_and_grad must still be the plain program's, under jax.jit too."""
+    x = jax.random.normal(jax.random.key(0), (4, 8)).astype(BF16)
+    value = jax.jit(autodiff.value_and_grad(fn))(x)[0]
+    assert np.asarray(value).tobytes() == np.asarray(jax.jit(fn)(x)).tobytes()
+    assert np.asarray(value).tobytes() == np.asarray(fn(x)).tobytes()
