@@ -4,6 +4,8 @@
 ``float_op`` wrappers of JAX's function, ``Own`` rules take the object of ``heddle/scipy/_own.py``,
 ``Pass`` rules JAX's own object. ``distribution(dist)`` gives the functions of
 ``heddle.scipy.stats.<dist>``. A name the installed JAX lacks is left out (an older JAX).
+``export(globals(), names)`` puts such names into a module and gives its ``__all__``: a module of
+functions (``heddle.scipy.linalg``, ``heddle.scipy.stats.beta``, ...) is its docstring and that line.
 """
 
 from __future__ import annotations
@@ -129,3 +131,23 @@ def distribution(dist: str) -> dict[str, Any]:
         rule = Compute(values, matmul=dist in _table.DISTRIBUTION_MATMUL)
         names[name] = _compute(jfn, f"scipy.stats.{dist}.{name}", rule)
     return names
+
+
+def export(module_globals: dict[str, Any], names: dict[str, Any]) -> list[str]:
+    """Puts ``names`` into a module's namespace and gives the module's ``__all__``.
+
+    Args:
+      module_globals: the module's ``globals()``.
+      names: name -> object, as ``namespace`` or ``distribution`` gives them.
+
+    Returns:
+      The names, sorted: the module's ``__all__``.
+
+    Examples:
+      >>> from heddle.scipy import _build
+      >>> ns: dict = {}
+      >>> _build.export(ns, {"b": 2, "a": 1}), ns
+      (['a', 'b'], {'b': 2, 'a': 1})
+    """
+    module_globals.update(names)
+    return sorted(names)

@@ -13,6 +13,7 @@ name to its object.
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -395,7 +396,7 @@ jax.tree_util.register_pytree_node(RegularGridInterpolator, _rgi_flatten, _rgi_u
 
 def _krylov(jfn: Callable[..., Any], name: str) -> Callable[..., Any]:
     """A Krylov solver whose operator ``A`` and preconditioner ``M`` are value operands where they
-    are arrays and the user's functions where they are callables."""
+    are arrays and the user's functions where they are callables; its signature is JAX's."""
     ops: dict[tuple[bool, bool], Callable[..., Any]] = {}
 
     def solve(A: Any, b: Any, x0: Any = None, **kwargs: Any) -> Any:
@@ -413,63 +414,15 @@ def _krylov(jfn: Callable[..., Any], name: str) -> Callable[..., Any]:
             )
         return op(A, b, x0, **kwargs)
 
+    solve.__name__ = solve.__qualname__ = name
+    # the keywords JAX's solver takes (tol, atol, maxiter, M, ...), for inspect and help()
+    solve.__signature__ = inspect.signature(jfn)  # type: ignore[attr-defined]
     return solve
 
 
-_CG = _krylov(_jsla.cg, "cg")
-_BICGSTAB = _krylov(_jsla.bicgstab, "bicgstab")
-_GMRES = _krylov(_jsla.gmres, "gmres")
-
-
-def cg(
-    A: Any,
-    b: Any,
-    x0: Any = None,
-    *,
-    tol: Any = 1e-05,
-    atol: Any = 0.0,
-    maxiter: int | None = None,
-    M: Any = None,
-) -> Any:
-    return _CG(A, b, x0, tol=tol, atol=atol, maxiter=maxiter, M=M)
-
-
-def bicgstab(
-    A: Any,
-    b: Any,
-    x0: Any = None,
-    *,
-    tol: Any = 1e-05,
-    atol: Any = 0.0,
-    maxiter: int | None = None,
-    M: Any = None,
-) -> Any:
-    return _BICGSTAB(A, b, x0, tol=tol, atol=atol, maxiter=maxiter, M=M)
-
-
-def gmres(
-    A: Any,
-    b: Any,
-    x0: Any = None,
-    *,
-    tol: Any = 1e-05,
-    atol: Any = 0.0,
-    restart: int = 20,
-    maxiter: int | None = None,
-    M: Any = None,
-    solve_method: str = "batched",
-) -> Any:
-    return _GMRES(
-        A,
-        b,
-        x0,
-        tol=tol,
-        atol=atol,
-        restart=restart,
-        maxiter=maxiter,
-        M=M,
-        solve_method=solve_method,
-    )
+cg = _krylov(_jsla.cg, "cg")
+bicgstab = _krylov(_jsla.bicgstab, "bicgstab")
+gmres = _krylov(_jsla.gmres, "gmres")
 
 
 OWN: dict[str, Any] = {

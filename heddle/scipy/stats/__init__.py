@@ -50,9 +50,6 @@ from heddle.scipy.stats import uniform as uniform
 from heddle.scipy.stats import vonmises as vonmises
 from heddle.scipy.stats import wrapcauchy as wrapcauchy
 
-_NAMES = _build.namespace("stats")
-globals().update(_NAMES)
-
 _DISTRIBUTIONS = [
     "bernoulli",
     "beta",
@@ -82,4 +79,4 @@ _DISTRIBUTIONS = [
     "wrapcauchy",
 ]
 
-__all__ = sorted([*_NAMES, *_DISTRIBUTIONS])
+__all__ = sorted([*_build.export(globals(), _build.namespace("stats")), *_DISTRIBUTIONS])

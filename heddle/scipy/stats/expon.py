@@ -10,7 +10,4 @@ from __future__ import annotations
 
 from heddle.scipy import _build
 
-_NAMES = _build.distribution("expon")
-globals().update(_NAMES)
-
-__all__ = sorted(_NAMES)
+__all__ = _build.export(globals(), _build.distribution("expon"))

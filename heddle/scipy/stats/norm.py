@@ -9,8 +9,6 @@ Examples:
 from __future__ import annotations
 
 from heddle.ops import _special
+from heddle.scipy import _build
 
-_NAMES = _special.build_stats("norm")
-globals().update(_NAMES)
-
-__all__ = sorted(_NAMES)
+__all__ = _build.export(globals(), _special.build_stats("norm"))
