@@ -1,5 +1,7 @@
-"""Writes docs/primitives.md, every JAX primitive heddle's table lists with its rule and reason, from
-``heddle/programs/_table.py`` (the table ``heddle.autocast`` and ``heddle.audit`` read).
+"""Writes docs/primitives.md, every JAX primitive heddle's table lists with its rule and reason, and
+the facts, kinds of bodies, monoids and index operands the table gives them, from
+``heddle/programs/_table.py`` (the table ``heddle.autocast``, ``heddle.audit`` and
+``heddle.autodiff`` read).
 
 Run ``python docs/gen_primitives.py`` after changing the table; ``tests/programs/test_table_docs.py``
 fails while docs/primitives.md differs from what this script renders.
@@ -22,11 +24,24 @@ its rule, and [`heddle.audit`](audit.md) reports where an equation departs from 
 table does not list is bound unchanged by autocast and reported by the audit as
 `unclassified_primitive`. The table is checked against the primitives of the installed JAX
 (`tests/programs/test_table.py`, `tests/programs/test_table_versions.py`); see
-[JAX versions](autocast.md#jax-versions) for how a new JAX release is classified."""
+[JAX versions](autocast.md#jax-versions) for how a new JAX release is classified.
+
+Beside its rule, a row holds every other fact about the primitive that autocast, the audit and
+`heddle.autodiff` act on ([facts](#facts), [kinds of bodies](#kinds-of-bodies),
+[reductions' bodies](#reductions-bodies), [index operands](#index-operands),
+[heddle functions](#heddle-functions)): the readers derive their sets of primitives from the table,
+and no other module of heddle names a primitive (`tests/programs/test_table_facts.py`)."""
 
 
-def _code(names: list[str], marks: dict[str, str]) -> str:
-    return ", ".join(f"`{n}`{marks.get(n, '')}" for n in names)
+def _code(names: list[str] | frozenset[str], marks: dict[str, str]) -> str:
+    return ", ".join(f"`{n}`{marks.get(n, '')}" for n in sorted(names))
+
+
+def _positions(span: tuple[int, int | None]) -> str:
+    first, end = span
+    if end is None:
+        return f"{first} and after"
+    return ", ".join(str(i) for i in range(first, end))
 
 
 def render() -> str:
@@ -37,7 +52,7 @@ def render() -> str:
     """
     from heddle.programs import _table
 
-    other, narrow_only = _table.OTHER_VERSIONS, _table.NARROW_ONLY
+    other = _table.OTHER_VERSIONS
     marks = {n: " (other JAX versions)" for n in other}
     lines = [
         "# JAX primitives and their rules",
@@ -57,8 +72,7 @@ def render() -> str:
         lines += [f"## {rule.value}", "", _table.MEANINGS[rule].capitalize() + ".", ""]
         lines += ["| primitives | reason |", "|---|---|"]
         for reason, text in groups.items():
-            names = sorted(text.split())
-            lines.append(f"| {_code(names, marks)} | {reason} |")
+            lines.append(f"| {_code(text.split(), marks)} | {reason} |")
         lines.append("")
     lines += [
         "## Names from other JAX versions",
@@ -73,15 +87,70 @@ def render() -> str:
         lines.append(f"| `{name}` | `{_table.RULES[name].value}` | {other[name]} |")
     lines += [
         "",
-        "## Bound on the values",
+        "## Facts",
         "",
-        "Exact primitives whose meaning depends on the dtype they run in, that round on purpose, or "
-        "that move data between devices: autocast always binds them on the values, never on "
-        "float32 shadows.",
+        "What the readers of programs need to know about a primitive beyond its rule "
+        "(`_table.Fact`; `having(fact)` gives its primitives):",
         "",
-        _code(sorted(narrow_only), {}),
-        "",
+        "| fact | primitives | what it says |",
+        "|---|---|---|",
     ]
+    for fact in _table.Fact:
+        names = _table.FACTS[fact]
+        lines.append(f"| `{fact.value}` | {_code(names, marks)} | {_table.FACT_MEANINGS[fact]} |")
+    lines += [
+        "",
+        "## Kinds of bodies",
+        "",
+        "Every primitive with jaxpr parameters has a kind of body (`_table.Body`), which autocast's "
+        "evaluator, the audit's walk and `heddle.autodiff` each map to a handler of their own:",
+        "",
+        "| kind | primitives | what it is |",
+        "|---|---|---|",
+    ]
+    for k in _table.Body:
+        names = _table.holding(k)
+        lines.append(f"| `{k.value}` | {_code(names, marks)} | {_table.BODY_MEANINGS[k]} |")
+    lines += [
+        "",
+        "## Reductions' bodies",
+        "",
+        "A `reduce` whose body is one of these binary primitives on its two arguments is the "
+        "reduction it names (`_table.Monoid`):",
+        "",
+        "| body | reduction |",
+        "|---|---|",
+    ]
+    for m in _table.Monoid:
+        lines.append(f"| {_code(_table.combining(m), marks)} | `{m.value}` |")
+    lines += [
+        "",
+        "## Index operands",
+        "",
+        "Operands that are indices, not values (the audit skips them when it compares the dtypes "
+        "of an equation's operands):",
+        "",
+        "| primitives | index operands |",
+        "|---|---|",
+    ]
+    spans: dict[tuple[int, int | None], list[str]] = {}
+    for name, span in _table.INDEX_OPERANDS.items():
+        spans.setdefault(span, []).append(name)
+    for span, names_at in spans.items():
+        lines.append(f"| {_code(names_at, marks)} | {_positions(span)} |")
+    lines += [
+        "",
+        "## heddle functions",
+        "",
+        "The heddle function that computes an accumulating primitive by its rule, named in the "
+        "audit's fix for a narrow accumulation:",
+        "",
+        "| primitive | heddle function |",
+        "|---|---|",
+    ]
+    for name, fn in sorted(_table.HEDDLE_FUNCTIONS.items()):
+        lines.append(f"| `{name}` | `{fn}` |")
+    lines.append("")
     return "\n".join(lines)
 
 

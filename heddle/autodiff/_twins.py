@@ -43,40 +43,13 @@ from jax.extend import core as jex_core
 
 from heddle.autodiff._rules import contract, like
 from heddle.autodiff._widen import is_narrow, widen_bind
+from heddle.programs._table import Body, Fact, Rule, has, having, kind, rule
 
 _F32 = np.dtype("float32")
 _IEEE_LIKE = frozenset(np.dtype(d) for d in (jnp.bfloat16, jnp.float16, jnp.float8_e5m2))
 
 # Primitives whose single result copies values of its operands of the result's dtype.
-_COPYING = frozenset(
-    {
-        "abs",
-        "broadcast_in_dim",
-        "clamp",
-        "concatenate",
-        "copy",
-        "copy_p",
-        "dynamic_slice",
-        "dynamic_update_slice",
-        "gather",
-        "max",
-        "mesh_cast",
-        "min",
-        "neg",
-        "pad",
-        "reduce_max",
-        "reduce_min",
-        "reshape",
-        "reshard",
-        "rev",
-        "select_n",
-        "sharding_constraint",
-        "slice",
-        "squeeze",
-        "tile",
-        "transpose",
-    }
-)
+_COPYING = having(Fact.COPIES)
 
 
 def _is_float(d: np.dtype) -> bool:
@@ -145,6 +118,7 @@ def _run(frame: _Frame, jaxpr: Any) -> None:
     for eqn in jaxpr.eqns:
         name = eqn.primitive.name
         params = eqn.params
+        body_kind = kind(name)
         with (
             source_info_util.user_context(
                 eqn.source_info.traceback,
@@ -152,16 +126,11 @@ def _run(frame: _Frame, jaxpr: Any) -> None:
             ),
             eqn.ctx.manager,
         ):
-            if name == "convert_element_type" and _convert(frame, eqn):
+            if rule(name) is Rule.CONVERT and _convert(frame, eqn):
                 continue
-            if name == "dot_general" and _dot(frame, eqn):
+            if has(name, Fact.DOT) and _dot(frame, eqn):
                 continue
-            if name in ("jit", "pjit") and _inline_jit(frame, eqn):
-                continue
-            if name == "closed_call":
-                _inline(frame, eqn, params["call_jaxpr"])
-                continue
-            if name in ("remat2", "checkpoint") and _remat(frame, eqn):
+            if body_kind is not None and _BODIES[body_kind](frame, eqn):
                 continue
             bind_params = eqn.primitive.get_bind_params(params)
             ans = eqn.primitive.bind(*map(frame.read, eqn.invars), **bind_params)
@@ -219,10 +188,22 @@ def _inline_jit(frame: _Frame, eqn: Any) -> bool:
     return True
 
 
+def _inline_call(frame: _Frame, eqn: Any) -> bool:
+    """``closed_call`` (a ClosedJaxpr) and ``call`` (an open Jaxpr): evaluated inline."""
+    _inline(frame, eqn, eqn.params["call_jaxpr"])
+    return True
+
+
+def _bound(frame: _Frame, eqn: Any) -> bool:
+    """Bound unchanged: rule 4 (``_derived_twin``) widens it for the derivative."""
+    del frame, eqn
+    return False
+
+
 def _inline(frame: _Frame, eqn: Any, closed: Any) -> None:
     inner = _Frame()
-    jaxpr = closed.jaxpr
-    for v, c in zip(jaxpr.constvars, closed.consts, strict=True):
+    jaxpr = getattr(closed, "jaxpr", closed)
+    for v, c in zip(jaxpr.constvars, getattr(closed, "consts", ()), strict=True):
         inner.env[v] = c
     for v, a in zip(jaxpr.invars, eqn.invars, strict=True):
         inner.env[v] = frame.read(a)
@@ -266,6 +247,24 @@ def _remat(frame: _Frame, eqn: Any) -> bool:
         if not isinstance(v, jex_core.DropVar):
             frame.env[v] = x
     return True
+
+
+# The kind of an equation's bodies -> how it is evaluated: True where the handler evaluated it (its
+# body inline with the twins, or a checkpoint re-applied around that), False to bind it unchanged.
+_BODIES: dict[Body, Callable[[_Frame, Any], bool]] = {
+    Body.JIT: _inline_jit,
+    Body.CALL: _inline_call,
+    Body.REMAT: _remat,
+    Body.SCAN: _bound,
+    Body.WHILE: _bound,
+    Body.COND: _bound,
+    Body.CUSTOM_JVP: _bound,
+    Body.CUSTOM_VJP: _bound,
+    Body.SHARD_MAP: _bound,
+    Body.LINEAR_SOLVE: _bound,
+    Body.REDUCER: _bound,
+    Body.COMBINER: _bound,
+}
 
 
 def _copying_twin(frame: _Frame, eqn: Any) -> None:
@@ -334,7 +333,7 @@ def _wide_twins(frame: _Frame, eqn: Any, outs: list[tuple[int, Any]]) -> dict[An
         res = widen_bind(eqn, args)
         return [lax.convert_element_type(res[k], _F32) for k in picks]
 
-    if eqn.primitive.name == "dot_general" and len(floats) == 2:
+    if has(eqn.primitive.name, Fact.DOT) and len(floats) == 2:
         tangent = _dot_tangent(eqn.params)
     else:
 

@@ -8,22 +8,26 @@ program computes, the widened equation has the same derivative, computed and hel
 rounding to a narrow dtype (``convert_element_type`` to bfloat16, say) widens to the identity, whose
 derivative is 1, so a cotangent that float32 holds is never flushed by the narrow format's range.
 
-A ``custom_jvp`` function keeps its rule: the widened call is a ``custom_jvp`` of the widened body
-whose rule is the widened rule. A ``custom_vjp`` function, a bit cast, the bodies of ``shard_map``
-and ``pmap`` (which run under named axes) and bodies that do not retype raise ``NotWidened``; the
-caller then keeps JAX's own derivative, at the narrow dtype, for that equation.
+Each kind of body the table of primitives gives a higher-order primitive (``_table.Body``) has its
+float32 version in ``_BODIES``: a jit, a call and a checkpoint are evaluated widened; a
+``custom_jvp`` function keeps its rule: the widened call is a ``custom_jvp`` of the widened body
+whose rule is the widened rule. A ``custom_vjp`` function (and its linearised rule), a bit cast,
+the body of a ``shard_map`` (which runs under named axes) and bodies that do not retype raise
+``NotWidened``; the caller then keeps JAX's own derivative, at the narrow dtype, for that equation.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
 from jax.extend import core as jex_core
+
+from heddle.programs._table import Body, Fact, has, kind
 
 _F32 = np.dtype("float32")
 
@@ -112,7 +116,8 @@ def widen_eval(jaxpr: Any, consts: Sequence[Any], args: Sequence[Any]) -> list[A
 
 
 def _inline(closed: Any, args: Sequence[Any]) -> list[Any]:
-    return widen_eval(closed.jaxpr, closed.consts, args)
+    """A ClosedJaxpr, or an open Jaxpr, evaluated widened on ``args``."""
+    return widen_eval(getattr(closed, "jaxpr", closed), getattr(closed, "consts", ()), args)
 
 
 def _rebind(eqn: Any, args: Sequence[Any]) -> list[Any]:
@@ -161,6 +166,51 @@ def _custom_jvp(eqn: Any, args: Sequence[Any]) -> list[Any]:
     return list(call_fn(*args))
 
 
+def _jit(eqn: Any, args: Sequence[Any]) -> list[Any]:
+    return _inline(eqn.params["jaxpr"], args)
+
+
+def _call(eqn: Any, args: Sequence[Any]) -> list[Any]:
+    return _inline(eqn.params["call_jaxpr"], args)
+
+
+def _remat(eqn: Any, args: Sequence[Any]) -> list[Any]:
+    return widen_eval(eqn.params["jaxpr"], (), args)
+
+
+def _own_rule(eqn: Any, args: Sequence[Any]) -> NoReturn:
+    raise NotWidened(f"{eqn.primitive.name} has only a rule for its own dtypes")
+
+
+def _named_axes(eqn: Any, args: Sequence[Any]) -> NoReturn:
+    raise NotWidened(f"{eqn.primitive.name}'s body runs under its own named axes")
+
+
+def _widened_params(eqn: Any, args: Sequence[Any]) -> list[Any]:
+    """``eqn``'s primitive bound on ``args`` with its narrow dtypes and bodies widened."""
+    params = {k: _widen_param(v) for k, v in eqn.params.items()}
+    bind_params = eqn.primitive.get_bind_params(params)
+    out = eqn.primitive.bind(*args, **bind_params)
+    return list(out) if eqn.primitive.multiple_results else [out]
+
+
+# The kind of an equation's bodies -> its float32 version.
+_BODIES: dict[Body, Callable[[Any, Sequence[Any]], list[Any]]] = {
+    Body.JIT: _jit,
+    Body.CALL: _call,
+    Body.REMAT: _remat,
+    Body.CUSTOM_JVP: _custom_jvp,
+    Body.CUSTOM_VJP: _own_rule,
+    Body.SHARD_MAP: _named_axes,
+    Body.SCAN: _widened_params,
+    Body.WHILE: _widened_params,
+    Body.COND: _widened_params,
+    Body.LINEAR_SOLVE: _widened_params,
+    Body.REDUCER: _widened_params,
+    Body.COMBINER: _widened_params,
+}
+
+
 def widen_bind(eqn: Any, args: Sequence[Any]) -> list[Any]:
     """Applies the float32 version of ``eqn`` to ``args`` (narrow values given as float32).
 
@@ -176,22 +226,11 @@ def widen_bind(eqn: Any, args: Sequence[Any]) -> list[Any]:
         does not retype).
     """
     name = eqn.primitive.name
-    if name in ("jit", "pjit"):
-        return _inline(eqn.params["jaxpr"], args)
-    if name == "closed_call":
-        return _inline(eqn.params["call_jaxpr"], args)
-    if name in ("remat2", "checkpoint"):
-        jaxpr = eqn.params["jaxpr"]
-        return widen_eval(jaxpr, (), args)
-    if name == "custom_jvp_call":
-        return _custom_jvp(eqn, args)
-    if name in ("custom_vjp_call", "custom_vjp_call_jaxpr", "custom_lin"):
-        raise NotWidened(f"{name} has only a rule for its own dtypes")
-    if name in ("shard_map", "xla_pmap"):
-        raise NotWidened(f"{name}'s body runs under its own named axes")
-    if name == "bitcast_convert_type":
+    body_kind = kind(name)
+    if body_kind is not None:
+        return _BODIES[body_kind](eqn, args)
+    if has(name, Fact.USER_RULE):
+        _own_rule(eqn, args)
+    if has(name, Fact.BITS):
         raise NotWidened("a bit cast depends on the narrow dtype's width")
-    params = {k: _widen_param(v) for k, v in eqn.params.items()}
-    bind_params = eqn.primitive.get_bind_params(params)
-    out = eqn.primitive.bind(*args, **bind_params)
-    return list(out) if eqn.primitive.multiple_results else [out]
+    return _widened_params(eqn, args)

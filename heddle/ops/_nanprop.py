@@ -27,7 +27,11 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-REDUCTIONS = frozenset({"reduce_max", "reduce_min"})
+from heddle.programs._table import Monoid
+
+REDUCTIONS = frozenset({Monoid.MAX.value, Monoid.MIN.value})
+"""The max and min reductions (``reduce_max``, ``reduce_min``: the table of primitives'
+``Monoid.MAX`` and ``Monoid.MIN``)."""
 
 
 def _is_float(d: Any) -> bool:

@@ -26,7 +26,6 @@ from heddle.policy._scalars import result_type
 from heddle.programs._audit_ir import (
     DATA_MOVEMENT,
     IMPLICIT_PROMOTION,
-    INDEX_OPERANDS,
     LOOK_THROUGH,
     LOSSY_CONVERSION,
     SHAPE_OPS,
@@ -40,7 +39,7 @@ from heddle.programs._audit_ir import (
     subjaxprs,
 )
 from heddle.programs._audit_source import LIBRARY_BODY, Site, SiteCache
-from heddle.programs._table import ACCUMULATING, rule
+from heddle.programs._table import ACCUMULATING, Fact, Rule, having, is_index, rule
 
 
 class ConversionRules:
@@ -95,7 +94,7 @@ class ConversionRules:
             eqn,
             ctx,
             LOSSY_CONVERSION,
-            "convert_element_type",
+            eqn.primitive.name,
             (short(src),),
             short(dst),
             (shape_of(eqn.invars[0]),),
@@ -130,8 +129,8 @@ class ConversionRules:
         for target in self._forward_targets(eqn, level, site.key):
             if id(target) in self._promotions_seen or self._backward(target, ctx):
                 continue
-            skip = INDEX_OPERANDS.get(target.primitive.name, lambda i: False)
-            operands = [v for i, v in enumerate(target.invars) if not skip(i)]
+            name = target.primitive.name
+            operands = [v for i, v in enumerate(target.invars) if not is_index(name, i)]
             if len(operands) < 2:
                 continue
             found = [self._original(v, level, site.key) for v in operands]
@@ -199,8 +198,10 @@ class ConversionRules:
         return v
 
 
-# Ops whose result holds only values of their first operand (moved, not computed on).
-_MOVES_ONE = SHAPE_OPS | {"slice", "rev", "dynamic_slice", "gather", "reduce_max", "reduce_min"}
+# Ops whose result holds only values of their first operand (moved, not computed on), and ops
+# that return their operands as they are (optimization_barrier).
+_MOVES_ONE = having(Fact.FROM_FIRST)
+_IDENTITIES = having(Fact.IDENTITY)
 
 
 def _round_trip(x: Any, level: Level, dst: np.dtype) -> bool:
@@ -215,7 +216,7 @@ def _round_trip(x: Any, level: Level, dst: np.dtype) -> bool:
         if producer is None:
             return False
         name = producer.primitive.name
-        if name == "convert_element_type":
+        if rule(name) is Rule.CONVERT:
             origin, wide = policy_dtype(producer.invars[0].aval), policy_dtype(v.aval)
             return (
                 origin is not None
@@ -223,7 +224,7 @@ def _round_trip(x: Any, level: Level, dst: np.dtype) -> bool:
                 and holds(wide, origin)
                 and holds(dst, origin)
             )
-        if name == "optimization_barrier":
+        if name in _IDENTITIES:
             v = producer.invars[producer.outvars.index(v)]
         elif name in _MOVES_ONE and producer.invars:
             v = producer.invars[0]
@@ -259,7 +260,7 @@ def _rounded_for_a_wider_use(eqn: Any, level: Level, src: np.dtype, sites: SiteC
             return False
         for r in readers:
             name = r.primitive.name
-            if name == "convert_element_type":
+            if rule(name) is Rule.CONVERT:
                 if policy_dtype(r.outvars[0].aval) != src or _site_of(r, sites).explicit:
                     return False
             elif name in _SELECTS_AND_COPIES and all(
@@ -275,11 +276,9 @@ def _site_of(eqn: Any, sites: SiteCache) -> Site:
     return sites.site(eqn.source_info.traceback)
 
 
-_STORES = frozenset({"scatter", "dynamic_update_slice"})
+_STORES = having(Fact.OVERWRITES)
 # Exact ops a rounded value may pass through on its way to its widening (not stores into a buffer).
-_SELECTS_AND_COPIES = SHAPE_OPS | {
-    "select_n", "slice", "rev", "pad", "concatenate", "dynamic_slice", "gather",
-}  # fmt: skip
+_SELECTS_AND_COPIES = SHAPE_OPS | having(Fact.SELECTS)
 
 
 def _integer_accumulator_store(x: Any, level: Level, src: np.dtype, dst: np.dtype) -> bool:

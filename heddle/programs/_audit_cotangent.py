@@ -19,7 +19,7 @@ and ``heddle.autodiff.grad(f)``, whose backward pass keeps float32, audits clean
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import ml_dtypes
@@ -39,6 +39,7 @@ from heddle.programs._audit_ir import (
     short,
 )
 from heddle.programs._audit_source import _HEDDLE_DIR, Frame, Site
+from heddle.programs._table import Body, kind
 
 _F32 = np.dtype(np.float32)
 
@@ -145,31 +146,62 @@ def body_cotangents(
 
     They map one to one onto the equation's operands for calls (``jit``, ``checkpoint``,
     custom_jvp/custom_vjp) and ``scan``; ``while`` drops the other body's constants and ``cond`` the
-    branch index. The float carries of a loop that computes cotangents are cotangents (the transpose
-    of a scan carries the cotangent sums); every input of any other body of such an equation is.
+    branch index (``_OPERANDS``, by the kind of the equation's bodies). The float carries of a loop
+    that computes cotangents are cotangents (the transpose of a scan carries the cotangent sums);
+    every input of any other body of such an equation is.
     """
     if not computes_cotangents:
         return set()
     invars = list(body.invars)
-    name, p = eqn.primitive.name, eqn.params
-    outer = list(eqn.invars)
-    carries: range = range(0)
-    if name == "while":
-        cn, bn = p["cond_nconsts"], p["body_nconsts"]
-        if body is getattr(p["cond_jaxpr"], "jaxpr", p["cond_jaxpr"]):
-            outer, first = outer[:cn] + outer[cn + bn :], cn
-        else:
-            outer, first = outer[cn:], bn
-        carries = range(first, len(invars))
-    elif name == "scan":
-        carries = range(p["num_consts"], p["num_consts"] + p["num_carry"])
-    elif name == "cond":
-        outer = outer[1:]
+    body_kind = kind(eqn.primitive.name)
+    operands = _same_operands if body_kind is None else _OPERANDS[body_kind]
+    outer, carries = operands(eqn, body)
     if len(outer) != len(invars):
         return {v for v in invars if _inexact(v)}
     out = {b for x, b in zip(outer, invars, strict=True) if _reads(x, cotangents)}
     out.update(v for v in (invars[i] for i in carries) if _inexact(v))
     return out
+
+
+def _same_operands(eqn: Any, body: Any) -> tuple[list[Any], range]:
+    """A body that runs on the equation's operands (a call; or not one to one, told by the count)."""
+    return list(eqn.invars), range(0)
+
+
+def _while_operands(eqn: Any, body: Any) -> tuple[list[Any], range]:
+    p, outer = eqn.params, list(eqn.invars)
+    cn, bn = p["cond_nconsts"], p["body_nconsts"]
+    if body is getattr(p["cond_jaxpr"], "jaxpr", p["cond_jaxpr"]):
+        outer, first = outer[:cn] + outer[cn + bn :], cn
+    else:
+        outer, first = outer[cn:], bn
+    return outer, range(first, len(body.invars))
+
+
+def _scan_operands(eqn: Any, body: Any) -> tuple[list[Any], range]:
+    p = eqn.params
+    return list(eqn.invars), range(p["num_consts"], p["num_consts"] + p["num_carry"])
+
+
+def _cond_operands(eqn: Any, body: Any) -> tuple[list[Any], range]:
+    return list(eqn.invars)[1:], range(0)
+
+
+# The kind of an equation's bodies -> (the operands its body's inputs map onto, the body's carries).
+_OPERANDS: dict[Body, Callable[[Any, Any], tuple[list[Any], range]]] = {
+    Body.JIT: _same_operands,
+    Body.CALL: _same_operands,
+    Body.SCAN: _scan_operands,
+    Body.WHILE: _while_operands,
+    Body.COND: _cond_operands,
+    Body.CUSTOM_JVP: _same_operands,
+    Body.CUSTOM_VJP: _same_operands,
+    Body.REMAT: _same_operands,
+    Body.SHARD_MAP: _same_operands,
+    Body.LINEAR_SOLVE: _same_operands,  # bodies of their own constants: every float input
+    Body.REDUCER: _same_operands,
+    Body.COMBINER: _same_operands,
+}
 
 
 def cotangent_note(d: np.dtype) -> str:

@@ -1,13 +1,14 @@
-"""What the audit's rules share: kinds, tables of primitives, the raw finding, one walked jaxpr.
+"""What the audit's rules share: kinds, sets of primitives, the raw finding, one walked jaxpr.
 
-The tables name JAX primitives by what the policy cares about: which ones add up many terms
-(POLICY.md 5), which only move values around, which operands are indices rather than values.
+The sets name JAX primitives by what the policy cares about: which ones add up many terms
+(POLICY.md 5), which only move values around, which operands are indices rather than values. Each
+is computed from the one table of primitives (``_table``), which autocast reads too.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -18,7 +19,7 @@ from heddle.policy import _lattice
 from heddle.policy._errors import PolicyError
 from heddle.policy._scalars import result_type
 from heddle.programs._audit_source import Frame
-from heddle.programs._table import Rule, names
+from heddle.programs._table import Body, Fact, Monoid, Rule, combining, having, holding, names
 
 NARROW_ACCUMULATION = "narrow_accumulation"
 IMPLICIT_PROMOTION = "implicit_promotion"
@@ -31,36 +32,17 @@ NARROW_COTANGENT = "narrow_cotangent"
 CONTRACTIONS = names(Rule.CONTRACTION)
 # Primitives that add (or multiply) many terms into their first operand's dtype.
 ACCUMULATIONS = names(Rule.REDUCTION, Rule.SCAN, Rule.SCATTER, Rule.WINDOW, Rule.COLLECTIVE)
-GENERIC_REDUCTIONS = frozenset({"reduce", "reduce_window"})
-SUMMING = frozenset({"add", "mul", "add_any"})
-EXPS = frozenset({"exp", "exp2"})
-SUMS_OF_EXP = frozenset({"reduce_sum", "cumsum", "cumlogsumexp", "reduce_window_sum", "psum"})
+# Reductions by a user-supplied body: they accumulate when the body adds or multiplies (SUMMING).
+GENERIC_REDUCTIONS = holding(Body.REDUCER)
+SUMMING = combining(Monoid.SUM, Monoid.PRODUCT)
+EXPS = having(Fact.EXP)
+SUMS_OF_EXP = having(Fact.SUM_OF_EXP)
 # Ops an exp's value flows through on its way to the sum of softmax / logsumexp.
-PASS_VALUE = frozenset(
-    {
-        "convert_element_type", "broadcast_in_dim", "reshape", "squeeze", "expand_dims",
-        "transpose", "mul", "div", "add", "sub", "neg", "select_n", "max", "min", "abs",
-        "stop_gradient", "copy", "copy_p",
-    }
-)  # fmt: skip
-SHAPE_OPS = frozenset(
-    {"broadcast_in_dim", "reshape", "squeeze", "expand_dims", "transpose", "copy", "copy_p"}
-)
-LOOK_THROUGH = SHAPE_OPS | {"convert_element_type"}
+PASS_VALUE = having(Fact.PASSES_VALUE)
+SHAPE_OPS = having(Fact.RESHAPES)
+LOOK_THROUGH = SHAPE_OPS | names(Rule.CONVERT)
 # Ops that move values without computing on them.
-DATA_MOVEMENT = LOOK_THROUGH | {
-    "scatter", "select_n", "concatenate", "pad", "gather", "slice", "dynamic_slice",
-    "dynamic_update_slice", "rev",
-}  # fmt: skip
-# Primitive -> operand positions that are indices, not values (skipped when comparing dtypes).
-INDEX_OPERANDS: dict[str, Callable[[int], bool]] = {
-    "select_n": lambda i: i == 0,
-    "gather": lambda i: i == 1,
-    "scatter": lambda i: i == 1,
-    "scatter-add": lambda i: i == 1,
-    "dynamic_slice": lambda i: i >= 1,
-    "dynamic_update_slice": lambda i: i >= 2,
-}
+DATA_MOVEMENT = LOOK_THROUGH | having(Fact.SELECTS, Fact.OVERWRITES)
 UPSTREAM_LIMIT = 256
 
 

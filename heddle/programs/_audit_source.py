@@ -17,12 +17,15 @@ a convert back) share a call ``key``; the audit's dataflow rules work within one
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import os
 import sys
 import sysconfig
+from collections.abc import Callable
 from typing import Any
 
 import jax
+from jax import lax
 
 import heddle
 
@@ -60,6 +63,13 @@ _PLUMBING = frozenset(
     }
 )
 
+
+def entry_name(fn: Callable[..., Any]) -> str:
+    """The name a traceback gives the frame of the JAX function ``fn`` (what ``Site.entry`` holds
+    when a caller called it): the qualified name of its code, under any wrappers."""
+    return str(inspect.unwrap(fn).__code__.co_qualname)
+
+
 # JAX functions whose ``convert_element_type`` is the conversion the caller asked for.
 _CAST_ENTRIES = frozenset(
     {
@@ -67,7 +77,7 @@ _CAST_ENTRIES = frozenset(
         "_astype",  # x.astype
         "asarray",  # jnp.asarray(x, dtype)
         "array",  # jnp.array(x, dtype)
-        "convert_element_type",  # lax.convert_element_type
+        entry_name(lax.convert_element_type),
         "_ScalarMeta.__call__",  # jnp.float32(x)
     }
 )

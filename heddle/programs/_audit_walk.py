@@ -13,7 +13,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import jax.numpy as jnp
 import numpy as np
+from jax import lax
 from jax.extend import core as jcore
 
 from heddle.policy import _dtypes as D
@@ -42,8 +44,19 @@ from heddle.programs._audit_ir import (
     short,
     subjaxprs,
 )
-from heddle.programs._audit_source import LIBRARY_BODY, Site, SiteCache
-from heddle.programs._table import rule
+from heddle.programs._audit_source import LIBRARY_BODY, Site, SiteCache, entry_name
+from heddle.programs._table import (
+    HEDDLE_FUNCTIONS,
+    Body,
+    Fact,
+    Rule,
+    has,
+    having,
+    holding,
+    kind,
+    names,
+    rule,
+)
 
 
 class Walker(ConversionRules, CotangentRules):
@@ -72,7 +85,8 @@ class Walker(ConversionRules, CotangentRules):
         constants: set[Any] = set()
         for eqn in jaxpr.eqns:
             name = eqn.primitive.name
-            if rule(name) is None and name not in self._unclassified:
+            r = rule(name)
+            if r is None and name not in self._unclassified:
                 self._unclassified.add(name)
                 self._report(
                     eqn,
@@ -85,7 +99,7 @@ class Walker(ConversionRules, CotangentRules):
                     "a primitive heddle's table of rules does not list: heddle.autocast binds it "
                     "unchanged; classify it in heddle/programs/_table.py",
                 )
-            if name == "convert_element_type":
+            if r is Rule.CONVERT:
                 self._convert(eqn, level, ctx)
             elif name in ACCUMULATIONS or name in CONTRACTIONS or name in GENERIC_REDUCTIONS:
                 self._accumulation(eqn, ctx)
@@ -97,7 +111,8 @@ class Walker(ConversionRules, CotangentRules):
             computes_cotangents = self._cotangent(eqn, ctx, cts, constants, bool(subs))
             if subs:
                 site = self._site(eqn)
-                label = name + (f"[{eqn.params['name']}]" if "name" in eqn.params else "")
+                called = eqn.params.get("name", _NO_NAME)  # a jit's function
+                label = name + (f"[{called}]" if called is not _NO_NAME else "")
                 inner = Ctx(
                     site.source or ctx.source,
                     self._backward(eqn, ctx),
@@ -199,7 +214,7 @@ class Walker(ConversionRules, CotangentRules):
         fix = "run it under heddle.autocast"
         if self._backward(eqn, ctx):  # a transpose: the forward call has no such argument
             return fix + ", or differentiate with heddle.autodiff.grad"
-        heddle_fn = _heddle_function(entry) or _HEDDLE_FOR.get(name)
+        heddle_fn = _heddle_function(entry) or HEDDLE_FUNCTIONS.get(name)
         if heddle_fn:
             fix += f", or call {heddle_fn}"
         if argument and site.direct and entry in _TAKES_PREFERRED:
@@ -289,18 +304,42 @@ class Walker(ConversionRules, CotangentRules):
             )
 
 
-LOOPS = frozenset({"scan", "while"})
+_NO_NAME = object()
+
+
+def _scan_carries(p: dict[str, Any]) -> tuple[Any, int, int]:
+    return p["jaxpr"], p["num_consts"], p["num_carry"]
+
+
+def _while_carries(p: dict[str, Any]) -> tuple[Any, int, int]:
+    body = p["body_jaxpr"]
+    return body, p["body_nconsts"], len(getattr(body, "jaxpr", body).outvars)
+
+
+# The loops (by the kind of their bodies) -> (body jaxpr, index of the first carry among its inputs,
+# number of carries) from the equation's parameters.
+_CARRIES = {Body.SCAN: _scan_carries, Body.WHILE: _while_carries}
+LOOPS = holding(*_CARRIES)
 # Ops a carry's value passes through on its way to the update that accumulates into it.
-_CARRY_PATH = frozenset({"convert_element_type", "copy", "copy_p", "reshape", "squeeze"})
+_CARRY_PATH = having(Fact.KEEPS_ORDER) | names(Rule.CONVERT)
+# The kinds of call whose body runs on the equation's own operands, one to one (a nested jit, a
+# custom_jvp/custom_vjp function, jax.checkpoint, shard_map's per-shard body) -> the parameter that
+# holds it.
+_CALLED = {
+    Body.JIT: "jaxpr",
+    Body.CALL: "call_jaxpr",
+    Body.CUSTOM_JVP: "call_jaxpr",
+    Body.CUSTOM_VJP: "call_jaxpr",
+    Body.REMAT: "jaxpr",
+    Body.SHARD_MAP: "jaxpr",
+}
 
 
 def _carries(eqn: Any) -> tuple[Any, int, int]:
     """(body jaxpr, index of the first carry among its inputs, number of carries) of a loop."""
-    p = eqn.params
-    if eqn.primitive.name == "scan":
-        return p["jaxpr"], p["num_consts"], p["num_carry"]
-    body = p["body_jaxpr"]
-    return body, p["body_nconsts"], len(getattr(body, "jaxpr", body).outvars)
+    body_kind = kind(eqn.primitive.name)
+    assert body_kind is not None, "only loops have carries"
+    return _CARRIES[body_kind](eqn.params)
 
 
 def _updates(level: Level, out: Any, carry: Any) -> str | None:
@@ -330,7 +369,7 @@ def _updates(level: Level, out: Any, carry: Any) -> str | None:
         if len(inner) != 1 or any(_reads(x, tainted) for x in others):
             return None
         return _updates(Level(body), body.outvars[e.outvars.index(v)], inner[0])
-    if e is not None and e.primitive.name == "select_n":  # where(p, c + x, c): the summing branch
+    if e is not None and has(e.primitive.name, Fact.CHOOSES):  # where(p, c + x, c): the update
         branches = [source(b) for b in e.invars[1:] if not isinstance(b, jcore.Literal)]
         updates = [b for b in branches if b is not carry]
         if len(updates) != 1:
@@ -347,13 +386,14 @@ def _updates(level: Level, out: Any, carry: Any) -> str | None:
 
 def _call_body(eqn: Any) -> Any:
     """The jaxpr a call-like equation runs on its own operands (nested jit, custom_jvp/vjp, remat),
-    or None."""
-    if eqn is None or eqn.primitive.name in LOOPS:  # an inner loop's carries are its own finding
+    or None (an inner loop's carries are its own finding)."""
+    body_kind = None if eqn is None else kind(eqn.primitive.name)
+    key = None if body_kind is None else _CALLED.get(body_kind)
+    if key is None:
         return None
-    for key in ("jaxpr", "call_jaxpr", "fun_jaxpr"):
-        body = getattr(eqn.params.get(key), "jaxpr", eqn.params.get(key))
-        if isinstance(body, jcore.Jaxpr) and len(body.invars) == len(eqn.invars):
-            return body if len(body.outvars) == len(eqn.outvars) else None
+    body = getattr(eqn.params.get(key), "jaxpr", eqn.params.get(key))
+    if isinstance(body, jcore.Jaxpr) and len(body.invars) == len(eqn.invars):
+        return body if len(body.outvars) == len(eqn.outvars) else None
     return None
 
 
@@ -370,25 +410,29 @@ def _dependents(level: Level, v: Any) -> set[Any]:
     return seen
 
 
-_SCATTERS = frozenset({"scatter-add", "scatter_add", "scatter-mul", "scatter_mul"})
-_CARRY_UPDATES = frozenset({"add", "sub", "mul", "add_any"}) | _SCATTERS
+# Scatters accumulate into their first operand (the buffer): the carry must be it.
+_SCATTERS = names(Rule.SCATTER)
+_CARRY_UPDATES = having(Fact.UPDATES)
 
-
+# The JAX functions that take ``preferred_element_type`` (a fix may suggest it where the user's code
+# called one of them).
 _TAKES_PREFERRED = frozenset(
-    "matmul dot vdot inner tensordot einsum dot_general conv_general_dilated conv "
-    "conv_with_general_padding ragged_dot ragged_dot_general".split()
+    entry_name(f)
+    for f in (
+        jnp.matmul,
+        jnp.dot,
+        jnp.vdot,
+        jnp.inner,
+        jnp.tensordot,
+        jnp.einsum,
+        lax.dot_general,
+        lax.conv_general_dilated,
+        lax.conv,
+        lax.conv_with_general_padding,
+        lax.ragged_dot,
+        lax.ragged_dot_general,
+    )
 )
-_HEDDLE_FOR = {
-    "dot_general": "heddle.lax.dot_general",
-    "conv_general_dilated": "heddle.lax.conv_general_dilated",
-    "ragged_dot_general": "heddle.lax.ragged_dot",
-    "reduce_sum": "heddle.numpy.sum",
-    "reduce_prod": "heddle.numpy.prod",
-    "cumsum": "heddle.numpy.cumsum",
-    "cumprod": "heddle.numpy.cumprod",
-    "scatter-add": "heddle.lax.scatter_add",
-    "reduce_window_sum": "heddle.lax.reduce_window",
-}
 
 
 def _heddle_function(entry: str) -> str | None:
@@ -410,6 +454,7 @@ def _avals(atoms: Any) -> list[Any]:
 def _terms(eqn: Any) -> int:
     """How many terms each output element adds up (2, i.e. "some", when it cannot be told)."""
     name, params = eqn.primitive.name, eqn.params
+    r = rule(name)
     shape = tuple(eqn.invars[0].aval.shape)
 
     def size(axes: Any) -> int:
@@ -419,13 +464,13 @@ def _terms(eqn: Any) -> int:
             n *= d if isinstance(d, (int, np.integer)) else 2
         return n
 
-    if name == "dot_general":
+    if has(name, Fact.DOT):
         return size(params["dimension_numbers"][0][0])
-    if name in ("reduce_sum", "reduce_prod") and "axes" in params:
+    if r is Rule.REDUCTION and "axes" in params:
         return size(params["axes"])
-    if name in ("cumsum", "cumprod", "cumlogsumexp") and "axis" in params:
+    if r is Rule.SCAN and "axis" in params:
         return size((params["axis"],))
-    if name == "reduce_window_sum" and "window_dimensions" in params:
+    if r is Rule.WINDOW and "window_dimensions" in params:
         return int(np.prod(params["window_dimensions"]))
     return 2
 

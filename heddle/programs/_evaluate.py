@@ -52,22 +52,19 @@ from heddle.policy._errors import PolicyError
 from heddle.policy._policy import Policy
 from heddle.policy._rules import acc_dtype
 from heddle.programs import _known
-from heddle.programs._audit_source import SiteCache
+from heddle.programs._audit_source import SiteCache, entry_name
 from heddle.programs._frame import Frame, _here, dtype_of, is_narrow
-from heddle.programs._table import NARROW_ONLY, Rule, rule
+from heddle.programs._table import Fact, Monoid, Rule, has, having, monoid, names, rule
 
 # The loops of jax.lax a program writes itself: their narrow carries stay narrow between steps.
-_USER_LOOPS = frozenset({"scan", "fori_loop", "map", "while_loop", "associative_scan"})
-_COMPARISONS = frozenset(
-    "eq ne lt le gt ge eq_to lt_to le_to is_finite and or xor not reduce_and reduce_or".split()
+_USER_LOOPS = frozenset(
+    entry_name(f) for f in (lax.scan, lax.fori_loop, lax.map, lax.while_loop, lax.associative_scan)
 )
+# Bound on the values, never on float32 shadows.
+_ON_VALUES = having(Fact.ON_VALUES)
 # Exact primitives whose one result copies operand values: the result's twin is the same copy of
 # the operands' twins (so cotangents of a transposed or broadcast narrow value sum in float32).
-_COPYING = frozenset(
-    "abs broadcast_in_dim clamp concatenate copy copy_p dynamic_slice dynamic_update_slice gather "
-    "max min neg pad reduce_max reduce_min reshape reshard rev select_n sharding_constraint slice "
-    "squeeze expand_dims tile transpose".split()
-)
+_COPYING = having(Fact.COPIES)
 
 
 class Evaluator:
@@ -158,7 +155,7 @@ class Evaluator:
         name = eqn.primitive.name
         r = rule(name)
         handler = _HANDLERS.get(r)
-        if handler is None or (name in NARROW_ONLY):
+        if handler is None or (name in _ON_VALUES):
             self.bind_plain(frame, eqn)
         else:
             handler(self, frame, eqn, seg)
@@ -228,9 +225,7 @@ def _float(ev: Evaluator, frame: Frame, eqn: Any, seg: int) -> None:
 
 # Selections whose JVP rule counts ties in the operand's dtype (a sum): bound on the float32 twins so
 # that the derivative's count accumulates in float32 (the value, a copy, is the same).
-_TIE_COUNTING = frozenset(
-    "reduce_max reduce_min cummax cummin reduce_window_max reduce_window_min".split()
-)
+_TIE_COUNTING = having(Fact.COUNTS_TIES)
 
 
 def _exact(ev: Evaluator, frame: Frame, eqn: Any, seg: int) -> None:
@@ -291,19 +286,18 @@ def _accumulate(ev: Evaluator, frame: Frame, eqn: Any, seg: int) -> None:
     ev.bind_wide(frame, eqn, seg, [ev.to_acc(frame, a, seg) for a in eqn.invars])
 
 
-# A generic ``reduce`` whose body is one of these on its two arguments is that reduction:
-# (the primitive computing it, its binary op, its identity).
-_MONOIDS: dict[str, tuple[Callable[[Any, Any], Any], Callable[[Any, Any], Any], float]] = {
-    "add": (lax.reduce_sum, lax.add, 0.0),
-    "add_any": (lax.reduce_sum, lax.add, 0.0),
-    "mul": (lax.reduce_prod, lax.mul, 1.0),
-    "max": (lax.reduce_max, lax.max, -np.inf),
-    "min": (lax.reduce_min, lax.min, np.inf),
+# A generic ``reduce`` whose body is a monoid (``_table.monoid``) on its two arguments is that
+# reduction: (the function computing it, its binary op, its identity).
+_MONOIDS: dict[Monoid, tuple[Callable[[Any, Any], Any], Callable[[Any, Any], Any], float]] = {
+    Monoid.SUM: (lax.reduce_sum, lax.add, 0.0),
+    Monoid.PRODUCT: (lax.reduce_prod, lax.mul, 1.0),
+    Monoid.MAX: (lax.reduce_max, lax.max, -np.inf),
+    Monoid.MIN: (lax.reduce_min, lax.min, np.inf),
 }
 
 
-def _monoid(eqn: Any) -> str | None:
-    """The name of ``_MONOIDS`` that a one-operand ``reduce``'s body computes, or None."""
+def _monoid(eqn: Any) -> Monoid | None:
+    """The monoid that a one-operand ``reduce``'s body computes, or None."""
     if len(eqn.invars) != 2:
         return None
     closed = eqn.params["jaxpr"]
@@ -311,12 +305,12 @@ def _monoid(eqn: Any) -> str | None:
     if len(jaxpr.eqns) != 1 or len(jaxpr.outvars) != 1 or len(jaxpr.invars) != 2:
         return None
     (body,) = jaxpr.eqns
-    name = body.primitive.name
-    if name not in _MONOIDS or body.outvars[0] is not jaxpr.outvars[0]:
+    kind = monoid(body.primitive.name)
+    if kind is None or body.outvars[0] is not jaxpr.outvars[0]:
         return None
     if len(body.invars) != 2 or set(body.invars) != set(jaxpr.invars):
         return None
-    return str(name)
+    return kind
 
 
 def _is_identity(init: Any, identity: float, d: np.dtype) -> bool:
@@ -346,7 +340,7 @@ def _generic_reduce(ev: Evaluator, frame: Frame, eqn: Any, seg: int) -> None:
     (a, init), (v,) = eqn.invars, eqn.outvars
     reducer, combine, identity = _MONOIDS[kind]
     axes = tuple(eqn.params["dimensions"])
-    selection = kind in ("max", "min")
+    selection = kind in (Monoid.MAX, Monoid.MIN)
     if selection:
         wide = is_narrow(d) or ev.shadowed(frame, eqn, seg)
     else:
@@ -356,7 +350,7 @@ def _generic_reduce(ev: Evaluator, frame: Frame, eqn: Any, seg: int) -> None:
         return
     x, x0 = (ev.to_acc(frame, u, seg) for u in (a, init))
     if selection:
-        out = _nanprop.reduce("reduce_" + kind, x, axes, lambda y: reducer(y, axes))
+        out = _nanprop.reduce(kind.value, x, axes, lambda y: reducer(y, axes))
     else:
         out = reducer(x, axes)
     if not _is_identity(init, identity, d):
@@ -364,10 +358,9 @@ def _generic_reduce(ev: Evaluator, frame: Frame, eqn: Any, seg: int) -> None:
     frame.write_rounded(v, out, seg)
 
 
-_SCATTERS = {
-    "scatter-add": lax.scatter_add,
-    "scatter-sub": lax.scatter_sub,
-    "scatter-mul": lax.scatter_mul,
+# The accumulating scatters and jax.lax's function of each (scatter-add: lax.scatter_add).
+_SCATTERS: dict[str, Callable[..., Any]] = {
+    name: getattr(lax, name.replace("-", "_")) for name in names(Rule.SCATTER)
 }
 
 
@@ -434,7 +427,7 @@ def _contraction(ev: Evaluator, frame: Frame, eqn: Any, seg: int) -> None:
         if prec is not None:
             params["precision"] = canonicalize_precision(prec)
     args = [feed(lhs, dl), feed(rhs, dr), *map(frame.read, eqn.invars[2:])]
-    if eqn.primitive.name != "dot_general" or not is_narrow(operand):
+    if not has(eqn.primitive.name, Fact.DOT) or not is_narrow(operand):
         ev.bind_wide(frame, eqn, seg, args, params)
         return
     if any(map(_differentiated, args[:2])):  # the derivative reaches the float32 twins
@@ -519,7 +512,7 @@ def _needs_wide_operands(frame: Frame, eqn: Any) -> bool:
     XLA:CPU has no narrow kernel for its dimension numbers, as bound (``jax.vmap`` around autocast
     adds dimensions; heddle.numpy's matmul and einsum decide the same way); convolutions and
     ragged dots always (as heddle.lax's do)."""
-    if eqn.primitive.name != "dot_general":
+    if not has(eqn.primitive.name, Fact.DOT):
         return True
     lhs, rhs = (frame.read(v) for v in eqn.invars[:2])
     return dot_needs_widening(lhs, rhs, eqn.params["dimension_numbers"])

@@ -1,6 +1,8 @@
 """``autocast`` inside higher-order primitives: every body is evaluated under the same rules.
 
-- ``jit``/``pjit`` without sharding or layout annotations, ``closed_call``, ``call``: evaluated
+Each kind of body the table gives a higher-order primitive (``_table.Body``) has its handler:
+
+- a ``jit`` without sharding or layout annotations, ``closed_call``, ``call``: evaluated
   inline (the outer jaxpr holds the rewritten equations; shadows and twins cross the boundary);
 - ``jit`` with shardings, ``scan``, ``while``, ``cond``: the body is re-traced through the evaluator
   into a jaxpr with the same avals and the primitive re-bound with it (carries, branch outputs and
@@ -26,6 +28,7 @@ from jax._src.lax.lax import _convert_element_type
 from jax.extend import core as jcore
 
 from heddle.programs._frame import Frame, dtype_of, is_narrow
+from heddle.programs._table import Body, kind
 
 
 def _conform(x: Any, aval: Any) -> Any:
@@ -367,25 +370,26 @@ def _closed_call(ev: Any, frame: Frame, eqn: Any) -> None:
     _inline(ev, frame, eqn, eqn.params["call_jaxpr"])
 
 
-_HANDLERS = {
-    "jit": _jit,
-    "pjit": _jit,
-    "closed_call": _closed_call,
-    "call": _closed_call,
-    "scan": _scan,
-    "custom_linear_solve": _linear_solve,
-    "while": _while,
-    "cond": _cond,
-    "custom_jvp_call": _custom_jvp,
-    "custom_vjp_call": _custom_vjp,
-    "remat2": _remat,
-    "shard_map": _shard_map,
+# The kind of a higher-order row's bodies -> its handler (a reduction's or a scatter's combiner
+# follows the primitive's own rule, never reaching here).
+_HANDLERS: dict[Body, Callable[[Any, Frame, Any], None]] = {
+    Body.JIT: _jit,
+    Body.CALL: _closed_call,
+    Body.SCAN: _scan,
+    Body.LINEAR_SOLVE: _linear_solve,
+    Body.WHILE: _while,
+    Body.COND: _cond,
+    Body.CUSTOM_JVP: _custom_jvp,
+    Body.CUSTOM_VJP: _custom_vjp,
+    Body.REMAT: _remat,
+    Body.SHARD_MAP: _shard_map,
 }
 
 
 def evaluate(ev: Any, frame: Frame, eqn: Any) -> None:
     """A higher-order equation: its bodies evaluated by the rules (unknown ones bound unchanged)."""
-    handler = _HANDLERS.get(eqn.primitive.name)
+    body_kind = kind(eqn.primitive.name)
+    handler = None if body_kind is None else _HANDLERS.get(body_kind)
     if handler is None:
         ev.bind_plain(frame, eqn)
     else:

@@ -45,6 +45,7 @@ from jax.extend import core as jcore
 from heddle.policy import _dtypes as D
 from heddle.programs._audit_source import SiteCache
 from heddle.programs._frame import Frame, dtype_of, is_narrow
+from heddle.programs._table import Body, kind
 
 
 @dataclasses.dataclass(frozen=True)
@@ -233,16 +234,23 @@ def _entry(eqn: Any) -> Any:
     return _SITES.site(eqn.source_info.traceback).key[0]
 
 
-def _look(eqn: Any) -> tuple[str, str | None]:
-    """An equation at first look: its primitive and, for a ``jit``, the function's name."""
+# An equation at first look: the kind of its bodies (``_table.Body``) or, for a primitive without
+# any, its name; and the function's name for a ``jit``.
+_Look = tuple[Body | str, str | None]
+
+
+def _look(eqn: Any) -> _Look:
+    """An equation at first look: the kind of its bodies, or its primitive, and, for a ``jit``, the
+    function's name."""
     name = eqn.params.get("name")
-    return eqn.primitive.name, name if isinstance(name, str) else None
+    primitive = eqn.primitive.name
+    return kind(primitive) or primitive, name if isinstance(name, str) else None
 
 
 _BFLOAT16 = np.dtype(jax.numpy.bfloat16)
 
 
-def first_look(c: _Candidate) -> tuple[Any, tuple[str, str | None] | None] | None:
+def first_look(c: _Candidate) -> tuple[Any, _Look | None] | None:
     """The entry of ``c``'s call (``_entry``) and the look of its first equation (None: any), the
     first look at a call before ``c`` is traced on its aval; None where ``c`` does not trace. Told
     by the kind of function where it can be: a Python function is its own entry; a jitted one has
@@ -251,22 +259,22 @@ def first_look(c: _Candidate) -> tuple[Any, tuple[str, str | None] | None] | Non
     (``jnp.log10``) is traced once, on bfloat16."""
     fn = c.jax_fn
     if isinstance(fn, jax.custom_jvp | jax.custom_vjp):
-        kind = "custom_jvp_call" if isinstance(fn, jax.custom_jvp) else "custom_vjp_call"
-        return None, (kind, None)
+        body = Body.CUSTOM_JVP if isinstance(fn, jax.custom_jvp) else Body.CUSTOM_VJP
+        return None, (body, None)
     code = getattr(inspect.unwrap(fn), "__code__", None)
     if not hasattr(fn, "lower") and code is not None:
         return code, None
     info = getattr(fn, "_jit_info", None)
     if hasattr(fn, "lower") and getattr(info, "inline", None) is False:
-        return None, ("jit", fn.__name__)
+        return None, (Body.JIT, fn.__name__)
     t = _trace(c, ((2,), _BFLOAT16, False))
     return None if t is None else (t.entry, _look(t.jaxpr.jaxpr.eqns[0]))
 
 
 @functools.cache
-def _by_entry() -> dict[Any, list[tuple[_Candidate, tuple[str, str | None] | None]]]:
+def _by_entry() -> dict[Any, list[tuple[_Candidate, _Look | None]]]:
     """The candidates by the entry of their call, each with the look of its first equation."""
-    out: dict[Any, list[tuple[_Candidate, tuple[str, str | None] | None]]] = {}
+    out: dict[Any, list[tuple[_Candidate, _Look | None]]] = {}
     for c in _candidates():
         seen = first_look(c)
         if seen is not None:

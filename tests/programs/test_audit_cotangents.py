@@ -242,6 +242,7 @@ def _cli(*args: str, cwd) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
 def test_cli_include_backward_reports_narrow_cotangents(tmp_path):
     (tmp_path / "model.py").write_text(MODEL)
     args = ("model.py:small_loss", "--args", '{"w": "f32[256,1]"}', "f16[4096,256]")

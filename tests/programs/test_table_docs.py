@@ -43,3 +43,17 @@ def test_the_page_lists_every_primitive_once_under_its_rule(rendered):
         assert cells[0].rstrip(" |").endswith(_table.REASONS[name]), name
     for name, note in _table.OTHER_VERSIONS.items():
         assert f"| `{name}` | `{_table.RULES[name].value}` | {note} |" in rendered
+
+
+def test_the_page_lists_each_fact_and_kind_of_body_with_its_primitives(rendered):
+    lines = rendered.splitlines()
+    for fact in _table.Fact:
+        (row,) = [line for line in lines if line.startswith(f"| `{fact.value}` |")]
+        cells = set(re.findall(r"`([^`]+)`", row.split(" | ")[1]))
+        assert cells == set(_table.FACTS[fact]), fact
+        assert row.endswith(f"| {_table.FACT_MEANINGS[fact]} |"), fact
+    for kind in _table.Body:
+        (row,) = [line for line in lines if line.startswith(f"| `{kind.value}` |")]
+        assert set(re.findall(r"`([^`]+)`", row.split(" | ")[1])) == _table.holding(kind), kind
+    for name, fn in _table.HEDDLE_FUNCTIONS.items():
+        assert f"| `{name}` | `{fn}` |" in rendered

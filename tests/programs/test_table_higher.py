@@ -1,6 +1,7 @@
 """The higher-order rows of the table: each has a handler in autocast and is descended by the audit,
-and every primitive that holds a jaxpr is one of them (or a reduction whose body is a scalar
-combiner). Also: a scan's narrow per-step inputs enter it as float32 twins under autocast."""
+and every primitive that holds a jaxpr has a kind of body in the table (a higher-order one, or a
+reduction's or a scatter's scalar combiner), which autocast, the audit and heddle.autodiff each map
+to a handler. Also: a scan's narrow per-step inputs enter it as float32 twins under autocast."""
 
 from __future__ import annotations
 
@@ -19,8 +20,9 @@ from jax.extend import core as jcore
 from jax.sharding import PartitionSpec as P
 
 from heddle import autocast
-from heddle.programs import _audit, _higher, _table
-from heddle.programs._table import Rule
+from heddle.autodiff import _twins, _widen
+from heddle.programs import _audit, _audit_cotangent, _higher, _table
+from heddle.programs._table import Body, Rule
 
 BF, F32 = jnp.bfloat16, jnp.float32
 NA = "narrow_accumulation"
@@ -152,8 +154,9 @@ def test_every_higher_order_primitive_has_a_sample():
 
 
 def test_every_higher_order_primitive_has_an_autocast_handler():
-    assert sorted(HIGHER - set(_higher._HANDLERS)) == []
-    assert sorted(set(_higher._HANDLERS) - HIGHER) == []  # no handler for a name JAX never binds
+    kinds = {name: _table.kind(name) for name in HIGHER}
+    assert sorted(n for n, k in kinds.items() if k not in _higher._HANDLERS) == []
+    assert set(_higher._HANDLERS) == set(kinds.values())  # no handler for a kind no row has
 
 
 @pytest.mark.parametrize("name", sorted(SAMPLES))
@@ -222,15 +225,22 @@ def test_every_primitive_that_holds_a_jaxpr_is_higher_order_with_a_handler():
         for name in _prims(jaxpr):
             seen.setdefault(name, label)
     assert set(SAMPLES) <= set(seen)
+    no_kind = {name: label for name, label in seen.items() if _table.kind(name) is None}
+    assert not no_kind, f"primitives with jaxpr parameters and no kind of body: {no_kind}"
     wrong = {
         name: f"{_table.rule(name)} (in {label})"
         for name, label in seen.items()
         if name not in COMBINER_BODIES
-        and (_table.rule(name) is not Rule.HIGHER_ORDER or name not in _higher._HANDLERS)
+        and (
+            _table.rule(name) is not Rule.HIGHER_ORDER or _table.kind(name) not in _higher._HANDLERS
+        )
     }
     assert not wrong, f"primitives with jaxpr bodies that autocast does not descend into: {wrong}"
     for name, rule in COMBINER_BODIES.items():
         assert _table.rule(name) is rule, name
+        assert _table.kind(name) in (Body.REDUCER, Body.COMBINER), name
+    for handlers in (_audit_cotangent._OPERANDS, _twins._BODIES, _widen._BODIES):
+        assert {_table.kind(name) for name in seen} <= set(handlers)
 
 
 def _gather_then_scan(x: Any, idx: Any) -> Any:

@@ -1,5 +1,6 @@
-"""Every row of the table of primitive rules names a primitive of the installed JAX, or one of
-another JAX version that ``_table.OTHER_VERSIONS`` dates.
+"""Every row of the table of primitive rules, and every name its facts, kinds of bodies, monoids and
+index operands give, names a primitive of the installed JAX, or one of another JAX version that
+``_table.OTHER_VERSIONS`` dates.
 
 The primitives are enumerated in a fresh interpreter that imports every module of ``jax._src`` that
 imports (the experimental ones too: shard_map, multihost_utils, pallas and its backends, sparse), so
@@ -77,6 +78,22 @@ def test_the_dated_names_are_rows_the_installed_jax_does_not_define(installed):
     current = sorted(set(_table.OTHER_VERSIONS) & installed)
     assert not current, f"jax {_jax_version()} defines these after all: {current}"
     assert all(note.strip() for note in _table.OTHER_VERSIONS.values())
+
+
+def test_every_fact_names_a_primitive_of_the_installed_jax_or_of_a_dated_version(installed):
+    named = set().union(
+        *_table.FACTS.values(),
+        _table.BODIES,
+        _table.MONOIDS,
+        _table.INDEX_OPERANDS,
+        _table.HEDDLE_FUNCTIONS,
+        (m.value for m in _table.Monoid),
+    )
+    unknown = sorted(named - installed - set(_table.OTHER_VERSIONS))
+    assert not unknown, (
+        f"facts of heddle/programs/_table.py that name no primitive of jax {_jax_version()}: "
+        f"{unknown}; remove them, or date them in OTHER_VERSIONS"
+    )
 
 
 def _jax_version() -> str:
