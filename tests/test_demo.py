@@ -72,6 +72,7 @@ def separation(text):
     return {(r, b): demo.train(r, b, cfg, text) for r, b in runs}
 
 
+@pytest.mark.slow
 def test_char_bf16_separation_the_demo_claims(separation):
     # The demo's claim: with bfloat16 compute, plain jax.numpy trains the char model measurably
     # worse than float32 (training loss over the last 10% of the steps), and heddle, running the
@@ -92,6 +93,7 @@ def test_char_bf16_separation_the_demo_claims(separation):
     assert all(r.nonfinite == 0 for r in separation.values())
 
 
+@pytest.mark.slow
 def test_the_explained_op_is_the_embedding_scatter_add(text):
     # The line under the table: the embedding's gradient (a scatter-add of every lookup into its
     # row) is what plain JAX sums in bfloat16. Against the float32 gradient it is far off with
@@ -137,6 +139,7 @@ def short_run(tmp_path_factory):
     return proc, out
 
 
+@pytest.mark.slow
 def test_table_has_every_run_with_its_precision(short_run):
     proc, _ = short_run
     assert proc.returncode == 0, proc.stderr
@@ -171,6 +174,7 @@ def test_table_has_every_run_with_its_precision(short_run):
                 assert math.isclose(float(r[delta]), expected, abs_tol=2e-4)
 
 
+@pytest.mark.slow
 def test_output_explains_the_difference_and_the_timing(short_run):
     proc, out = short_run
     assert "Why bf16 differs: the embedding's gradient is a scatter-add of 256 x 32" in proc.stdout
@@ -184,6 +188,7 @@ def test_output_explains_the_difference_and_the_timing(short_run):
     assert _png_size(out) == (1400, 450)
 
 
+@pytest.mark.slow
 def test_mlp_model_behind_the_flag(capsys, tmp_path):
     args = _parser().parse_args(["demo", "--model", "mlp", "--steps", "30", "--output", "none"])
     assert args.run(args) == 0
@@ -363,6 +368,7 @@ def test_missing_scikit_learn_says_how_to_install_it(monkeypatch, capsys):
     assert "pip install scikit-learn" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_missing_standard_library_sources_point_to_the_mlp_model(monkeypatch, tmp_path, capsys):
     import sysconfig
 
@@ -387,6 +393,7 @@ def test_text_is_the_standard_library_in_the_vocabulary(text):
     assert "import" in decoded or "def " in decoded
 
 
+@pytest.mark.slow
 def test_partial_chunk_runs_exactly_the_steps():
     # 7 steps in chunks of 3: the last chunk is padded with inactive steps that change nothing
     cfg = demo.Config(steps=7, chunk=3)

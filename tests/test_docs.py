@@ -65,6 +65,7 @@ def sections(text: str) -> dict[int, tuple[str, str]]:
 # ---- docs/differences.md ---------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_differences_examples_print_what_the_page_says():
     text = (DOCS / "differences.md").read_text()
     result = run_examples(text, "differences.md")
@@ -253,6 +254,7 @@ def test_signature_drops_quotes_and_addresses(gen):
 # ---- docs/autocast.md ------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_autocast_page_scripts_run_and_do_what_they_say():
     """The page's flax linen, flax nnx and equinox scripts, each run as written in a fresh scope."""
     blocks = python_blocks((DOCS / "autocast.md").read_text())

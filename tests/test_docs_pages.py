@@ -127,18 +127,21 @@ def test_every_python_block_is_run_by_the_checks():
             assert lang in {"python", "text", "bash"}, f"docs/{page}:{line}: ```{lang} block"
 
 
+@pytest.mark.slow
 def test_autocast_page_runs_and_prints_what_it_shows():
     attempted, checked = check_page("autocast.md")
     want = PAGES["autocast.md"]
     assert attempted >= want[0] and checked >= want[1], (attempted, checked)
 
 
+@pytest.mark.slow
 def test_coming_from_torch_keras_page_runs_and_prints_what_it_shows():
     attempted, checked = check_page("coming-from-torch-keras.md")
     want = PAGES["coming-from-torch-keras.md"]
     assert attempted >= want[0] and checked >= want[1], (attempted, checked)
 
 
+@pytest.mark.slow
 def test_audit_page_runs_and_prints_what_it_shows(monkeypatch):
     with in_examples_dir(monkeypatch):
         attempted, checked = check_page("audit.md")
@@ -162,6 +165,7 @@ def _python_m_heddle(command: str) -> list[str]:
     return argv[3:]
 
 
+@pytest.mark.slow
 def test_audit_page_command_line_prints_what_it_shows():
     """The first ```bash block, run by bash in docs/examples with this interpreter as ``python``."""
     blocks = fences((DOCS / "audit.md").read_text())

@@ -199,6 +199,7 @@ def test_bench_gpu_without_a_gpu_says_skipped_and_exits_0():
     assert r.stdout.startswith("no GPU: skipped")
 
 
+@pytest.mark.slow
 def test_bench_gpu_dry_run_runs_every_benchmark_on_cpu(tmp_path):
     out = tmp_path / "gpu.md"
     r = _run([sys.executable, "benchmarks/bench_gpu.py", "--dry-run", "--out", str(out)])

@@ -86,6 +86,7 @@ def test_committed_notebook_matches_its_source_and_was_executed(nbx, name):
     assert size < nbx["MAX_BYTES"], f"{ipynb.name} is {size} bytes"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sources())
 def test_notebook_runs_in_a_fresh_kernel(nbx, name):
     import nbformat

@@ -79,6 +79,7 @@ def test_every_recipe_is_present():
     assert set(blocks()) == {"setup", "masters", "scaled", "unscaled", "equinox"}
 
 
+@pytest.mark.slow
 def test_float32_baseline_learns(runs):
     params, opt_state, acc = runs["float32"]
     assert dtypes(params) == {F32} and float_dtypes(opt_state) == {F32}

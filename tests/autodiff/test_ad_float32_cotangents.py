@@ -118,9 +118,19 @@ def _rel(g, ref):
     )
 
 
-@pytest.mark.parametrize("dtype", NARROW, ids=["f16", "bf16"])
-@pytest.mark.parametrize("act", [jnp.tanh, jax.nn.relu, jax.nn.gelu], ids=["tanh", "relu", "gelu"])
-def test_three_layer_mlp_with_loss_scale_1e_7(dtype, act, transform):
+def _mlp_modes():
+    """Every activation and dtype under jax.jit; eagerly (seconds each) gelu in float16 and relu in
+    bfloat16 by default, the rest with the slow marker."""
+    for mode in ("jit", "eager"):
+        for act, a in ((jnp.tanh, "tanh"), (jax.nn.relu, "relu"), (jax.nn.gelu, "gelu")):
+            for dtype, d in zip(NARROW, ("f16", "bf16"), strict=True):
+                quick = mode == "jit" or (a, d) in {("gelu", "f16"), ("relu", "bf16")}
+                marks = () if quick else pytest.mark.slow
+                yield pytest.param(dtype, act, mode, id=f"{mode}-{a}-{d}", marks=marks)
+
+
+@pytest.mark.parametrize("dtype,act,mode", list(_mlp_modes()))
+def test_three_layer_mlp_with_loss_scale_1e_7(dtype, act, mode):
     """Every layer's gradient within 1% of the float32 model's (float16: JAX's is all zeros).
 
     relu's kinks make the narrow forward pass itself differ from float32's by more than that (units
@@ -133,6 +143,7 @@ def test_three_layer_mlp_with_loss_scale_1e_7(dtype, act, transform):
         ref = {k: v.astype(F32) * F32(1e-7) for k, v in unscaled.items()}
     else:
         ref = jax.grad(_mlp_loss(jnp, F32, act))(params, x, y)
+    transform = jax.jit if mode == "jit" else (lambda f: f)
     for xp, wrap in ((jnp, lambda f: f), (jnp, heddle.autocast), (hnp, lambda f: f)):
         g = transform(autodiff.grad(wrap(_mlp_loss(xp, dtype, act))))(params, x, y)
         assert all(v.dtype == F32 for v in g.values())

@@ -72,6 +72,7 @@ def test_vmapped_psum_scatter_sums_its_cotangents_in_float32(transform, tiled):
     assert np.array_equal(np.asarray(g), np.ones((8, 8, 2), F32))
 
 
+@pytest.mark.slow
 def test_collective_backward_on_8_devices(on_8_devices):
     """vmap inside shard_map and inside pmap: 8 devices x 12500 rows, every gradient the sum of
     100000 cotangents in float32 (pmean: of 100000 cotangents 1/100000). The shard_map and pmap

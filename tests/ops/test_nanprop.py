@@ -20,6 +20,7 @@ import heddle.numpy as hnp
 from heddle import autodiff
 
 
+@pytest.mark.slow
 def test_max_and_min_propagate_nan_on_8_devices(on_8_devices):
     """max/min/amax/amin, nanmax/nanmin (NaN only for all-NaN slices), autocast's reduce_max and
     reduce_min and heddle.lax.reduce_max/min: rows and a 2x4 mesh; float32 and bfloat16; axis=,

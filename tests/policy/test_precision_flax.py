@@ -61,6 +61,7 @@ def float_dtypes(tree) -> set[np.dtype]:
 # ---- the recipe --------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_float32_baseline_learns(runs):
     params, opt_state, acc = runs["float32"]
     assert dtypes(params) == {F32} and float_dtypes(opt_state) == {F32}

@@ -51,6 +51,7 @@ def test_doctests(modname):
     assert result.failed == 0, f"{result.failed} doctest examples failed in {modname}"
 
 
+@pytest.mark.slow
 def test_docs_page_examples_run():
     path = ROOT / "docs" / "quantisation.md"
     text = path.read_text()

@@ -31,6 +31,7 @@ def _check_sweep(cases: dict) -> None:
             assert "jax.sharding.reshard(x, NamedSharding(mesh, P(" in r["refused"], key
 
 
+@pytest.mark.slow
 def test_non_finite_blocks_stay_nan_when_sharded(observed):
     _check_sweep(observed["sweep"])
     # blocks inside one device and a per-channel block across all 8: neither is refused

@@ -14,6 +14,7 @@ def observed(on_8_devices):
     return on_8_devices(SCRIPT)
 
 
+@pytest.mark.slow
 def test_sharded_arrays_under_jit_skip_everywhere(observed):
     ok, bad = observed["sharded_jit"]["finite"], observed["sharded_jit"]["bad_shard_5"]
     assert ok["x_shards"] == bad["x_shards"] == 8
