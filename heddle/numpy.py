@@ -70,12 +70,12 @@ def astype(
       >>> hnp.astype(hnp.asarray([1.0, 2.5]), "bfloat16").dtype
       dtype(bfloat16)
     """
-    from heddle.policy import _dtypes
+    from heddle.policy import _casts, _dtypes
     from heddle.policy._policy import active
 
     d = active().default_float if dtype is None else _dtypes.dtype(dtype)
     d = _dtypes.require_available(d, "astype")
-    out = _core._astype(x, d, saturate=saturate) if _core._astype is not None else _core.cast(x, d)
+    out = _casts.astype(x, d, saturate=saturate)
     if copy and out is x:
         out = _jnp.array(out, copy=True)
     return out if device is None else _jax.device_put(out, device)

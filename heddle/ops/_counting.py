@@ -40,8 +40,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from heddle.ops._core import _round_scalar, cast, compute_dtype, materialise
+from heddle.ops._core import compute_dtype
 from heddle.ops._float_op import host_data
+from heddle.ops._scalars import materialise, round_scalar
+from heddle.ops.lowering import cast
 from heddle.policy import _dtypes as D
 from heddle.policy import _rules, _scalars
 from heddle.policy._policy import active
@@ -93,7 +95,7 @@ def _wide(x: Any, result: np.dtype, acc: np.dtype) -> Any:
 def _round_exact(v: Fraction, d: np.dtype) -> np.ndarray:
     """The rational ``v`` rounded once (to nearest, ties to even) to the float dtype ``d``."""
     if d.itemsize <= 2:
-        return _round_scalar(v, d)
+        return round_scalar(v, d)
     near = np.asarray(float(v), np.float64)  # Python's int / int division rounds once
     if d == np.float64:
         return near

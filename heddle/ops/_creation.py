@@ -18,7 +18,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from heddle.ops._core import cast, materialise
+from heddle.ops._scalars import materialise
+from heddle.ops.lowering import cast
 from heddle.policy import _dtypes as D
 from heddle.policy import _rules, _scalars
 from heddle.policy._errors import PrecisionError, message

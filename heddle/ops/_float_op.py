@@ -17,7 +17,9 @@ from typing import Any
 import jax
 import numpy as np
 
-from heddle.ops._core import cast, compute_dtype, materialise, remember
+from heddle.ops._core import compute_dtype, remember
+from heddle.ops._scalars import materialise
+from heddle.ops.lowering import cast
 from heddle.policy import _dtypes as D
 from heddle.policy import _lattice, _rules, _scalars
 from heddle.policy._policy import Policy, active

@@ -25,8 +25,10 @@ import jax
 import jax.numpy as jnp
 
 from heddle.ops import _core
-from heddle.ops._core import OpSpec, Plan, cast
+from heddle.ops._core import OpSpec, Plan
 from heddle.ops._nn import float_op, precision_scope
+from heddle.ops._scalars import materialise
+from heddle.ops.lowering import cast
 from heddle.policy import _dtypes as D
 from heddle.policy import _rules, _scalars
 from heddle.policy._policy import active
@@ -95,7 +97,7 @@ def _contraction_chain(fn: Callable[..., Any], name: str, seq: bool) -> Callable
         result, acc = _rules.reduction_dtypes(common, None, p)
         for d in {result, acc}:
             D.require_available(d, f"heddle.numpy.linalg.{name}")
-        vals = [cast(_core.materialise(v, common), acc) for v in operands]
+        vals = [cast(materialise(v, common), acc) for v in operands]
         bound.arguments[first] = vals if seq else vals[0]
         with precision_scope(acc, p):
             out = fn(*bound.args, **bound.kwargs)

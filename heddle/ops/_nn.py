@@ -22,8 +22,10 @@ import numpy as np
 from jax import lax
 
 from heddle.ops import _formulas
-from heddle.ops._core import cast, compute_dtype, materialise, order_dtype, remember
+from heddle.ops._core import compute_dtype, order_dtype, remember
 from heddle.ops._float_op import float_op, host_data, precision_scope, round_outputs
+from heddle.ops._scalars import materialise
+from heddle.ops.lowering import cast
 from heddle.policy import _dtypes as D
 from heddle.policy import _rules, _scalars
 from heddle.policy._policy import Policy, active

@@ -23,8 +23,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from heddle.ops._core import cast, compute_dtype, materialise
+from heddle.ops._core import compute_dtype
 from heddle.ops._float_op import host_data
+from heddle.ops._scalars import materialise
+from heddle.ops.lowering import cast
 from heddle.policy import _dtypes as D
 from heddle.policy import _scalars
 from heddle.policy._policy import Policy, active

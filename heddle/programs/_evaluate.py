@@ -36,13 +36,13 @@ from jax.custom_derivatives import SymbolicZero
 from jax.extend import core as jcore
 
 from heddle.ops import _nanprop
-from heddle.ops._core import (
-    _PRECISION,
-    _differentiated,
-    _on_cpu,
+from heddle.ops.lowering import (
+    PRECISION,
     cast,
     contraction_operand_dtype,
     dot_needs_widening,
+    is_differentiated,
+    on_cpu,
     transposes_weight_on_cpu,
     widens_narrow_contractions,
 )
@@ -132,20 +132,25 @@ class Evaluator:
         """Evaluates every equation of ``jaxpr`` (a Jaxpr) into ``frame``; the equations of a known
         library call (``_known``) as heddle's own function of its input."""
         eqns = jaxpr.eqns
+        dead = _dead_after(jaxpr)
         i = 0
         while i < len(eqns):
             eqn = eqns[i]
             seg = self._segment(eqn)
             known = _known.calls(self._key, frame, jaxpr, i)
             if known is not None:
-                i, found = known
+                end, found = known
                 for call in found:
                     with _context(call.eqn):
                         _known.evaluate(frame, call, seg)
-                continue
-            with _context(eqn):
-                self.eqn(frame, eqn, seg)
-            i += 1
+            else:
+                end = i + 1
+                with _context(eqn):
+                    self.eqn(frame, eqn, seg)
+            for k in range(i, end):
+                for v in dead[k]:
+                    frame.free(v)
+            i = end
 
     def _key(self, eqn: Any) -> Any:
         return self.sites.site(eqn.source_info.traceback).key
@@ -212,6 +217,24 @@ def _context(eqn: Any) -> Iterator[None]:
         yield
 
 
+def _dead_after(jaxpr: Any) -> list[list[Any]]:
+    """For each equation, the variables no later equation reads and the jaxpr does not return (as
+    ``jax.core.eval_jaxpr``'s ``last_used``): freed once the equation has run."""
+    last: dict[Any, int] = {}
+    for k, eqn in enumerate(jaxpr.eqns):
+        for v in eqn.outvars:
+            last[v] = k  # a result nobody reads is dead at once
+        for a in eqn.invars:
+            if not isinstance(a, jcore.Literal):
+                last[a] = k
+    for a in jaxpr.outvars:
+        last.pop(a, None)
+    dead: list[list[Any]] = [[] for _ in jaxpr.eqns]
+    for v, k in last.items():
+        dead[k].append(v)
+    return dead
+
+
 # -- rules ---------------------------------------------------------------------------------------
 
 
@@ -269,8 +292,10 @@ def _copying_twin(frame: Frame, eqn: Any) -> None:
     # always (lazily): widening the copy instead of copying the twin would make the backward
     # pass's sum (a broadcast's reduce_sum, a gather's scatter-add) narrow
 
+    refs = [frame.twin_ref(a) if dtype_of(a) == d else frame.value_ref(a) for a in eqn.invars]
+
     def make() -> Any:
-        args = [frame.twin(a) if dtype_of(a) == d else frame.read(a) for a in eqn.invars]
+        args = [ref() for ref in refs]
         return eqn.primitive.bind(*args, **eqn.primitive.get_bind_params(eqn.params))
 
     frame.pending_twins[out] = _here(make)
@@ -423,18 +448,18 @@ def _contraction(ev: Evaluator, frame: Frame, eqn: Any, seg: int) -> None:
     if params.get("precision") is not None and _unsupported_algorithm(params["precision"]):
         params["precision"] = None
     if operand == np.float32 and params.get("precision") is None:
-        prec = _PRECISION[ev.p.float32_matmul_precision]
+        prec = PRECISION[ev.p.float32_matmul_precision]
         if prec is not None:
             params["precision"] = canonicalize_precision(prec)
     args = [feed(lhs, dl), feed(rhs, dr), *map(frame.read, eqn.invars[2:])]
     if not has(eqn.primitive.name, Fact.DOT) or not is_narrow(operand):
         ev.bind_wide(frame, eqn, seg, args, params)
         return
-    if any(map(_differentiated, args[:2])):  # the derivative reaches the float32 twins
+    if any(map(is_differentiated, args[:2])):  # the derivative reaches the float32 twins
         args = [frame.wide(lhs, seg), frame.wide(rhs, seg)]
     if ev.widen:
         args, params = _cpu_layout(args, params)
-    if any(map(_differentiated, args[:2])):
+    if any(map(is_differentiated, args[:2])):
         frame.write_rounded(eqn.outvars[0], _narrow_dot(args[0], args[1], operand, params), seg)
     else:
         ev.bind_wide(frame, eqn, seg, args, params)
@@ -454,7 +479,7 @@ def _unsupported_algorithm(precision: Any) -> bool:
     the operand and accumulation dtypes, and the contraction rule already gives the dot its operands
     (narrow, or widened exactly) and a float32 accumulator; so the preset is dropped and the dot
     bound at the policy's float32 precision, the same contraction the preset asks for."""
-    if not isinstance(precision, lax.DotAlgorithmPreset) or not _on_cpu():
+    if not isinstance(precision, lax.DotAlgorithmPreset) or not on_cpu():
         return False
     return precision.name not in _CPU_ALGORITHMS
 
@@ -531,7 +556,7 @@ def _convert(ev: Evaluator, frame: Frame, eqn: Any, seg: int) -> None:
     if src == dst:
         frame.write(out, frame.read(x))
         if frame.has_twin(x):
-            frame.pending_twins[out] = lambda: frame.twin(x)
+            frame.pending_twins[out] = frame.twin_ref(x)
         s = frame.shadow(x, seg)
         if s is not None:
             frame.shadows[out] = (s, seg)

@@ -12,7 +12,9 @@ twin and its float32 shadow.
   rounded value is what flows, as between two heddle.numpy calls.
 
 Values and twins are computed lazily: a rounded value that only feeds float32 consumers is never
-rounded, and a twin nobody asks for is never widened.
+rounded, and a twin nobody asks for is never widened. The evaluator frees a variable after its last
+use (``Frame.free``), as ``jax.core.eval_jaxpr`` does: a lazy value or twin that another one still
+needs is held by that one (``_Once``), not looked up in the frame, so freeing never loses it.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from jax import lax
 from jax._src import source_info_util
 from jax.extend import core as jcore
 
-from heddle.ops._core import cast
+from heddle.ops.lowering import cast
 
 
 def _here(make: Callable[[], Any]) -> Callable[[], Any]:
@@ -38,6 +40,25 @@ def _here(make: Callable[[], Any]) -> Callable[[], Any]:
             return make()
 
     return run
+
+
+class _Once:
+    """A lazy value computed at most once: ``make()`` on the first call, the same object after."""
+
+    __slots__ = ("_make", "_value")
+
+    def __init__(self, make: Callable[[], Any]) -> None:
+        self._make: Callable[[], Any] | None = make
+        self._value: Any = None
+
+    def __call__(self) -> Any:
+        if self._make is not None:
+            self._value, self._make = self._make(), None
+        return self._value
+
+
+def _const(x: Any) -> Callable[[], Any]:
+    return lambda: x
 
 
 def dtype_of(atom: Any) -> np.dtype | None:
@@ -77,6 +98,9 @@ class Frame:
         self.pending_twins: dict[Any, Callable[[], Any]] = {}
         self.shadows: dict[Any, tuple[Any, int]] = {}  # var -> (unrounded value, segment)
         self.contexts: dict[Any, Any] = {}  # narrow var -> source info of the equation producing it
+        # twins that lazy twins of other variables read (``twin_ref``), not yet asked for themselves:
+        # ``twin`` takes one from here, so every use of a variable shares one twin
+        self.referenced_twins: dict[Any, _Once] = {}
 
     # -- values ----------------------------------------------------------------------------------
 
@@ -112,6 +136,31 @@ class Frame:
             self.contexts[v] = source_info_util.current()
         self.pending[v] = _here(lambda: cast(wide, d))
 
+    def value_ref(self, atom: Any) -> Callable[[], Any]:
+        """The atom's value as a thunk that stays valid after the atom is freed (a lazy value is
+        shared with the frame, computed once)."""
+        if isinstance(atom, jcore.Literal):
+            return _const(atom.val)
+        if atom in self.env:
+            return _const(self.env[atom])
+        make = self.pending[atom]
+        if not isinstance(make, _Once):
+            make = self.pending[atom] = _Once(make)
+        return make
+
+    def free(self, atom: Any) -> None:
+        """Forgets a variable no equation reads any more: its value, twin and shadow."""
+        for table in (
+            self.env,
+            self.pending,
+            self.twins,
+            self.pending_twins,
+            self.shadows,
+            self.contexts,
+            self.referenced_twins,
+        ):
+            table.pop(atom, None)
+
     def computed(self, atom: Any) -> Any | None:
         """The atom's value where it is computed already (a constant, an input), else None: reading
         it computes nothing."""
@@ -141,18 +190,38 @@ class Frame:
         if t is None:
             make = self.pending_twins.pop(atom, None)
             if make is None:
+                make = self.referenced_twins.pop(atom, None)
+            if make is None:
                 make = self.twin_maker(atom)
             t = self.twins[atom] = make()
         return t
 
+    def twin_ref(self, atom: Any) -> Callable[[], Any]:
+        """The atom's twin as a thunk that stays valid after the atom is freed; the twin is the one
+        ``twin(atom)`` gives, whichever is asked first."""
+        if isinstance(atom, jcore.Literal):
+            return _const(self.twin(atom))
+        if atom in self.twins:
+            return _const(self.twins[atom])
+        pending = self.pending_twins.get(atom)
+        if pending is not None:
+            if not isinstance(pending, _Once):
+                pending = self.pending_twins[atom] = _Once(pending)
+            return pending
+        ref = self.referenced_twins.get(atom)
+        if ref is None:
+            ref = self.referenced_twins[atom] = _Once(self.twin_maker(atom))
+        return ref
+
     def twin_maker(self, atom: Any) -> Callable[[], Any]:
         """The default twin: the value widened exactly, where the value was produced."""
         ctx = self.contexts.get(atom)
+        d, acc = dtype_of(atom), self.acc
+        value = self.value_ref(atom)
 
-        def widen() -> Any:
-            d = dtype_of(atom)
+        def widen() -> Any:  # holds no reference to the frame: freeing a variable frees its twin
             assert d is not None, "only narrow float atoms have twins"
-            return lax.convert_element_type(self.read(atom), self.acc(d))
+            return lax.convert_element_type(value(), acc(d))
 
         if ctx is None:
             return widen
@@ -180,9 +249,9 @@ class Frame:
         if a in outer.env:
             self.env[v] = outer.env[a]
         else:
-            self.pending[v] = lambda: outer.read(a)
+            self.pending[v] = outer.value_ref(a)
         if outer.has_twin(a):
-            self.pending_twins[v] = lambda: outer.twin(a)
+            self.pending_twins[v] = outer.twin_ref(a)
         if a in outer.shadows:
             self.shadows[v] = outer.shadows[a]
         if a in outer.contexts:

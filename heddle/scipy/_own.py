@@ -26,8 +26,10 @@ import jax.scipy.stats as _jst
 import numpy as np
 from jax import lax
 
-from heddle.ops._core import cast, compute_dtype, materialise
+from heddle.ops._core import compute_dtype
 from heddle.ops._float_op import float_op, host_data, precision_scope, round_outputs
+from heddle.ops._scalars import materialise
+from heddle.ops.lowering import cast
 from heddle.policy import _dtypes as D
 from heddle.policy import _rules, _scalars
 from heddle.policy._policy import Policy, active

@@ -125,11 +125,11 @@ def test_call_shapes_differing_only_in_dtype_or_weak_type_do_not_share_a_kernel(
 
 
 def test_narrow_matmul_operands_reach_the_dot_unwidened():
-    from heddle.ops import _core
+    from heddle.ops import lowering
 
-    assert not _core.widens_narrow_contractions("matmul")
-    assert not _core.widens_narrow_contractions("tensordot")  # decided dot by dot
-    assert _core.widens_narrow_contractions("convolve") == (jax.default_backend() == "cpu")
+    assert not lowering.widens_narrow_contractions("matmul")
+    assert not lowering.widens_narrow_contractions("tensordot")  # decided dot by dot
+    assert lowering.widens_narrow_contractions("convolve") == (jax.default_backend() == "cpu")
     a = jnp.asarray([[1.0, 2.0]], BF16)
     eqns = jax.make_jaxpr(lambda x: hnp.matmul(x, x.T))(a).jaxpr.eqns
     (dot,) = [e for e in eqns if e.primitive.name == "dot_general"]

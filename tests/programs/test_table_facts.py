@@ -42,7 +42,7 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("ops/_nanprop.py", "min"): "jnp.min, a function",
     # heddle.numpy's tensordot reads the one dot_general equation jnp.tensordot traces to, for its
     # dimension numbers (heddle.ops is below heddle.programs; Fact.DOT says the same)
-    ("ops/_core.py", "dot_general"): "the equation jnp.tensordot traces to",
+    ("ops/lowering.py", "dot_general"): "the equation jnp.tensordot traces to",
 }
 # Modules the scan covers that name JAX functions throughout: heddle.lax's classification of the
 # jax.lax functions it replaces (``LAX``: lax.reduce_sum, lax.scatter_add, lax.cumlogsumexp are
@@ -164,7 +164,7 @@ def test_the_scan_covers_the_readers_and_the_other_modules_that_read_equations()
         "autodiff/_twins.py",
         "autodiff/_widen.py",
         "ops/_nanprop.py",
-        "ops/_core.py",
+        "ops/lowering.py",
         "quant/_emulate.py",
     ):
         assert expected in rel, expected
