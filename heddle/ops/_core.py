@@ -624,10 +624,3 @@ def _doc(name: str, spec: OpSpec, fn: Callable[..., Any]) -> str:
         f"Examples:\n  >>> import heddle.numpy as hnp\n  >>> hnp.{name}  # doctest: +ELLIPSIS\n  <function ...>\n\n"
         f"Original documentation follows.\n\n{fn.__doc__ or ''}"
     )
-
-
-# re-exported for _lax.py until its imports move (it also reads ``cast`` and ``materialise`` here,
-# which this module imports for itself from lowering and _scalars)
-contraction_operand_dtype = lowering.contraction_operand_dtype
-dot_needs_widening = lowering.dot_needs_widening
-widens_narrow_contractions = lowering.widens_narrow_contractions

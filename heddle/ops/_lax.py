@@ -30,8 +30,10 @@ import jax
 import numpy as np
 from jax import lax
 
-from heddle.ops import _core, _nanprop
-from heddle.ops._core import cast, compute_dtype, contraction_operand_dtype, materialise
+from heddle.ops import _nanprop, lowering
+from heddle.ops._core import compute_dtype
+from heddle.ops._scalars import materialise
+from heddle.ops.lowering import cast, contraction_operand_dtype
 from heddle.policy import _dtypes as D
 from heddle.policy import _rules, _scalars
 from heddle.policy._errors import message
@@ -45,19 +47,19 @@ def contraction_dtypes(
     lhs: Any, rhs: Any, preferred: Any, p: Policy, widen: bool | None = None
 ) -> tuple[np.dtype, np.dtype, np.dtype]:
     """(result, operand dtype, accumulation dtype) of a contraction of ``lhs`` and ``rhs``; ``widen``
-    (default: ``_core.widens_narrow_contractions()``) says whether narrow floats go to float32."""
+    (default: ``lowering.widens_narrow_contractions()``) says whether narrow floats go to float32."""
     common = _scalars.resolve((lhs, rhs), p)
     result, acc = _rules.reduction_dtypes(common, preferred, p)
     if widen is None:
-        widen = _core.widens_narrow_contractions()
+        widen = lowering.widens_narrow_contractions()
     return result, contraction_operand_dtype(common, acc, widen), acc
 
 
 def _widens(name: str, a: dict[str, Any]) -> bool:
     """Whether the contraction ``name`` with bound arguments ``a`` widens narrow operands."""
     if name == "dot_general":  # dot by dot, from its dimension numbers (vmapped ones included)
-        return _core.dot_needs_widening(a["lhs"], a["rhs"], a["dimension_numbers"])
-    return _core.widens_narrow_contractions(name)
+        return lowering.dot_needs_widening(a["lhs"], a["rhs"], a["dimension_numbers"])
+    return lowering.widens_narrow_contractions(name)
 
 
 def _contraction(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
@@ -386,6 +388,14 @@ LAX: dict[str, tuple[str, str]] = {
     "cumlogsumexp": ("float_only", "computed in float32 for narrow floats, rounded once"),
     "logistic": ("elementwise", "computed in float32 for narrow floats, rounded once"),
     **dict.fromkeys(
+        "lgamma digamma".split(),
+        (
+            "elementwise",
+            "computed in float32 for narrow floats by heddle's formula (heddle/ops/_formulas.py, "
+            "accurate near the zeros), rounded once",
+        ),
+    ),
+    **dict.fromkeys(
         "reduce_max reduce_min".split(),
         (
             "selection",
@@ -471,9 +481,10 @@ def build() -> dict[str, Any]:
         elif kind == "reduction":
             op = _accumulating(jfn, name, OpClass.REDUCTION)
         elif kind == "elementwise":
+            from heddle.ops import _formulas
             from heddle.ops._float_op import float_op
 
-            op = float_op(jfn, f"lax.{name}")
+            op = float_op(_formulas.LAX.get(name, jfn), f"lax.{name}")
         elif kind == "float_only":
             op = _accumulating(jfn, name, OpClass.FLOAT_ONLY)
         elif kind == "selection":

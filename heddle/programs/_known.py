@@ -79,6 +79,14 @@ KNOWN_CALLS: tuple[Known, ...] = (
     *map(
         Known, "scipy.special.i0 scipy.special.i1 scipy.special.erfcx scipy.special.erfinv".split()
     ),
+    # heddle's formulas accurate near the zeros of lgamma and digamma, gamma's series
+    *map(
+        Known,
+        (
+            "scipy.special.gammaln scipy.special.loggamma scipy.special.digamma "
+            "scipy.special.gamma lax.lgamma lax.digamma"
+        ).split(),
+    ),
     # two outputs: a narrow one computed in float32 as a whole (sici's series, frexp's subnormals)
     *map(Known, "scipy.special.sici numpy.frexp".split()),
     # log(2 pi) (and heddle's logpdf), the logistic's constants

@@ -77,12 +77,10 @@ def test_both_contraction_paths_accumulate_in_float32(monkeypatch, widen):
     import jax
 
     import heddle.lax as hlax
-    from heddle.ops import _core, lowering
+    from heddle.ops import lowering
 
     monkeypatch.setattr(lowering, "widens_narrow_contractions", lambda name=None: widen)
     monkeypatch.setattr(lowering, "narrow_dot_needs_widening", lambda *_: widen)
-    # heddle.lax's copy, read through _core until heddle/ops/_lax.py imports it from lowering
-    monkeypatch.setattr(_core, "widens_narrow_contractions", lambda name=None: widen)
     rng = np.random.default_rng(1)
     a = rng.standard_normal((8, 4096)).astype(ml_dtypes.bfloat16)
     b = rng.standard_normal((4096, 8)).astype(ml_dtypes.bfloat16)
