@@ -313,6 +313,19 @@ def _selection(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
     return op
 
 
+def _collective_selection(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
+    """pmax / pmin: JAX's own on every leaf, NaN wherever a device's value is NaN (``_nanprop``)."""
+
+    @functools.wraps(fn)
+    def op(x: Any, axis_name: Any, *, axis_index_groups: Any = None) -> Any:
+        out = fn(x, axis_name, axis_index_groups=axis_index_groups)
+        return jax.tree.map(
+            lambda a, o: _nanprop.across_devices(a, o, axis_name, axis_index_groups), x, out
+        )
+
+    return op
+
+
 def _scatter(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
     """scatter_add / scatter_sub / scatter_mul: operand and updates in acc_dtype, rounded once.
 
@@ -401,6 +414,14 @@ LAX: dict[str, tuple[str, str]] = {
             "selection",
             "values copied bit-exactly from the exact float32 copy of a narrow float, so the "
             "backward pass counts ties and sums cotangents in float32",
+        ),
+    ),
+    **dict.fromkeys(
+        "pmax pmin".split(),
+        (
+            "collective selection",
+            "JAX's own values, NaN on every device where any device's value is NaN (XLA:CPU's "
+            "cross-device combiner drops it)",
         ),
     ),
     **dict.fromkeys(
@@ -493,6 +514,8 @@ def build() -> dict[str, Any]:
             op = _scatter(jfn, name)
         elif kind == "collective":
             op = _collective(jfn, name)
+        elif kind == "collective selection":
+            op = _collective_selection(jfn, name)
         elif kind.startswith("widened"):
             op = _widened(jfn, name, copies=kind == "widened copy")
         else:

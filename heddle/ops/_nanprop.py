@@ -12,8 +12,8 @@ and bool operands take JAX's plain path. ``nanmax``/``nanmin`` already ignore Na
 before reducing and detects all-NaN slices with an exact ``all``) and are JAX's own.
 
 ``NUMPY`` maps ``heddle.numpy`` names to these functions (``heddle/numpy.py`` consults it, as it does
-``_formulas.NUMPY``); ``reduce`` is the rule for the ``reduce_max``/``reduce_min`` primitives, used by
-``heddle.lax`` and by ``heddle.autocast``.
+``_formulas.NUMPY``); ``reduce`` is the rule for the ``reduce_max``/``reduce_min`` primitives and
+``across_devices`` the one for ``pmax``/``pmin``, used by ``heddle.lax`` and by ``heddle.autocast``.
 """
 
 from __future__ import annotations
@@ -78,6 +78,17 @@ def reduce(name: str, operand: Any, axes: Sequence[int], bind: Callable[[Any], A
     if not _may_shard():
         return out
     has_nan = lax.reduce_or(lax.ne(operand, operand), tuple(axes))
+    return _with_nan(has_nan, out)
+
+
+def across_devices(operand: Any, out: Any, axis_name: Any, axis_index_groups: Any = None) -> Any:
+    """``out``, a ``pmax``/``pmin`` of ``operand`` over ``axis_name``, NaN on every device of a group
+    where any device's ``operand`` holds NaN at that position (an exact integer sum of the NaN
+    flags over the same devices)."""
+    if not _is_float(getattr(operand, "dtype", np.float32)) or not _may_shard():
+        return out
+    flags = lax.convert_element_type(lax.ne(operand, operand), np.int32)
+    has_nan = lax.psum(flags, axis_name, axis_index_groups=axis_index_groups) > 0
     return _with_nan(has_nan, out)
 
 

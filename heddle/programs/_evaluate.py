@@ -160,7 +160,9 @@ class Evaluator:
         name = eqn.primitive.name
         r = rule(name)
         handler = _HANDLERS.get(r)
-        if handler is None or (name in _ON_VALUES):
+        if name in _NAN_ACROSS_DEVICES:
+            _across_devices(frame, eqn)
+        elif handler is None or (name in _ON_VALUES):
             self.bind_plain(frame, eqn)
         else:
             handler(self, frame, eqn, seg)
@@ -282,6 +284,20 @@ def _propagating(ev: Evaluator, frame: Frame, eqn: Any, seg: int, wide: bool) ->
         frame.write_rounded(v, out, seg)
     else:
         frame.write(v, out)
+
+
+_NAN_ACROSS_DEVICES = having(Fact.NAN_ACROSS_DEVICES)
+
+
+def _across_devices(frame: Frame, eqn: Any) -> None:
+    """pmax / pmin on the values, NaN wherever a device's value is NaN (heddle/ops/_nanprop.py)."""
+    params = eqn.primitive.get_bind_params(eqn.params)
+    args = [frame.read(a) for a in eqn.invars]
+    outs = eqn.primitive.bind(*args, **params)
+    outs = outs if eqn.primitive.multiple_results else [outs]
+    groups = eqn.params.get("axis_index_groups")
+    for v, a, o in zip(eqn.outvars, args, outs, strict=True):
+        frame.write(v, _nanprop.across_devices(a, o, eqn.params["axes"], groups))
 
 
 def _copying_twin(frame: Frame, eqn: Any) -> None:

@@ -239,6 +239,7 @@ class Fact(enum.Enum):
     UPDATES = "updates"
     USER_RULE = "user_rule"
     BITS = "bits"
+    NAN_ACROSS_DEVICES = "nan_across_devices"
 
 
 FACT_MEANINGS: dict[Fact, str] = {
@@ -275,6 +276,8 @@ FACT_MEANINGS: dict[Fact, str] = {
     "heddle.autodiff has no float32 version of it",
     Fact.BITS: "reads its operand's bits: its meaning depends on the dtype's width, so "
     "heddle.autodiff has no float32 version of it",
+    Fact.NAN_ACROSS_DEVICES: "a max or min across devices, which XLA:CPU's combiner computes "
+    "without NaN: autocast and heddle.lax add an exact count of NaN over the same devices",
 }
 """What each fact says of a primitive (docs/primitives.md prints it)."""
 
@@ -309,6 +312,7 @@ _FACTS: dict[Fact, str] = {
     Fact.UPDATES: "add add_any sub mul scatter-add scatter-sub scatter-mul",
     Fact.USER_RULE: "custom_vjp_call custom_lin",
     Fact.BITS: "bitcast_convert_type",
+    Fact.NAN_ACROSS_DEVICES: "pmax pmin",
 }
 
 FACTS: dict[Fact, frozenset[str]] = {fact: frozenset(_names(t)) for fact, t in _FACTS.items()}

@@ -73,3 +73,10 @@ def test_nan_in_one_device_input_and_integers():
     assert hnp.max(i).dtype == jnp.int8 and int(hnp.max(i, axis=0)[2]) == 5
     assert np.isnan(np.asarray(hlax.reduce_max(x, (0, 1))))
     assert np.isnan(np.asarray(heddle.autocast(jnp.min)(x)))
+
+
+def test_pmax_and_pmin_propagate_nan_across_8_devices(on_8_devices):
+    """heddle.lax.pmax/pmin and autocast's pmax/pmin give NaN on every device where one device's
+    value is NaN (jax.lax.pmax drops it on CPU), and JAX's values elsewhere."""
+    r = on_8_devices(pathlib.Path(__file__).with_name("_pmax_devices.py"))
+    assert r["checks"] == 36 and not r["bad"], r
