@@ -230,7 +230,10 @@ def _dead_after(jaxpr: Any) -> list[list[Any]]:
             if not isinstance(a, jcore.Literal):
                 last[a] = k
     for a in jaxpr.outvars:
-        last.pop(a, None)
+        if not isinstance(
+            a, jcore.Literal
+        ):  # a returned literal (a constant output) is no variable
+            last.pop(a, None)
     dead: list[list[Any]] = [[] for _ in jaxpr.eqns]
     for v, k in last.items():
         dead[k].append(v)

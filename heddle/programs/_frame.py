@@ -56,6 +56,11 @@ class _Once:
             self._value, self._make = self._make(), None
         return self._value
 
+    @property
+    def done(self) -> bool:
+        """Whether the value is computed."""
+        return self._make is None
+
 
 def _const(x: Any) -> Callable[[], Any]:
     return lambda: x
@@ -229,9 +234,12 @@ class Frame:
             return _here(widen)
 
     def has_twin(self, atom: Any) -> bool:
-        return not isinstance(atom, jcore.Literal) and (
-            atom in self.twins or atom in self.pending_twins
-        )
+        """Whether the atom's twin exists or is set to be made (a twin that another variable's lazy
+        twin read counts once it is made, as if asked for)."""
+        if isinstance(atom, jcore.Literal):
+            return False
+        ref = self.referenced_twins.get(atom)
+        return atom in self.twins or atom in self.pending_twins or (ref is not None and ref.done)
 
     def wide(self, atom: Any, segment: int) -> Any:
         """What an equation of ``segment`` computes with: a narrow float atom's shadow (same call)
