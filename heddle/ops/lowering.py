@@ -32,6 +32,7 @@ from jax import lax
 from heddle.policy import _dtypes as D
 from heddle.policy._casts import astype as _astype
 from heddle.policy._policy import active
+from heddle.programs._table import Fact, has
 
 
 def cast(x: Any, d: np.dtype) -> jax.Array:
@@ -436,7 +437,7 @@ def tensordot_on_cpu(a: Any, b: Any, axes: Any = 2, **kwargs: Any) -> jax.Array:
     # jnp.tensordot's own checks and axes normalisation (its errors are the user's): the program
     # is one dot_general of the two operands, whose dimension numbers are the ones to bind
     program = jax.make_jaxpr(lambda x, y: jax.numpy.tensordot(x, y, axes, **kwargs))(a, b).jaxpr
-    (dot, *others) = [e for e in program.eqns if e.primitive.name == "dot_general"] or [None]
+    (dot, *others) = [e for e in program.eqns if has(e.primitive.name, Fact.DOT)] or [None]
     if dot is None or others or dot.invars[:2] != program.invars or dot.outvars != program.outvars:
         return jax.numpy.tensordot(a, b, axes, **kwargs)  # pragma: no cover - another JAX's form
     dn = dot.params["dimension_numbers"]

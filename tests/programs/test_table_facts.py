@@ -40,9 +40,6 @@ ALLOWED: dict[tuple[str, str], str] = {
     # whose NaN-propagating versions _nanprop defines: functions, not primitives
     ("ops/_nanprop.py", "max"): "jnp.max, a function",
     ("ops/_nanprop.py", "min"): "jnp.min, a function",
-    # heddle.numpy's tensordot reads the one dot_general equation jnp.tensordot traces to, for its
-    # dimension numbers (heddle.ops is below heddle.programs; Fact.DOT says the same)
-    ("ops/lowering.py", "dot_general"): "the equation jnp.tensordot traces to",
 }
 # Modules the scan covers that name JAX functions throughout: heddle.lax's classification of the
 # jax.lax functions it replaces (``LAX``: lax.reduce_sum, lax.scatter_add, lax.cumlogsumexp are
