@@ -46,6 +46,9 @@ _STDLIB = tuple(
     if p is not None
 )
 _THIRD_PARTY = (os.sep + "site-packages" + os.sep, os.sep + "dist-packages" + os.sep)
+# Eager autocast's trace (``_eager``) stages every primitive from inside its own frames: they are
+# dispatch, as JAX's are, so an equation's site is the one ``jax.make_jaxpr`` would record.
+_EAGER_TRACE = os.path.join(os.path.dirname(__file__), "_eager.py")
 
 # JAX modules that only dispatch, trace or wrap: never the function a caller meant to call.
 _PLUMBING = frozenset(
@@ -129,7 +132,7 @@ def _short_path(path: str) -> str:
 
 def _in_jax(filename: str) -> bool:
     """JAX's own modules and the standard library (not packages installed under it)."""
-    if filename.startswith(_JAX_DIRS):
+    if filename.startswith(_JAX_DIRS) or filename == _EAGER_TRACE:
         return True
     return filename.startswith(_STDLIB) and not any(t in filename for t in _THIRD_PARTY)
 
@@ -145,7 +148,12 @@ def is_user(filename: str) -> bool:
 
 def _plumbing(code: Any) -> bool:
     """Dispatch and forwarding frames (``x.astype`` reaches ``_astype`` through a closure)."""
-    return "<locals>" in code.co_qualname or os.path.basename(code.co_filename) in _PLUMBING
+    name = code.co_filename
+    return (
+        "<locals>" in code.co_qualname
+        or os.path.basename(name) in _PLUMBING
+        or name == _EAGER_TRACE
+    )
 
 
 def _location(code: Any, lasti: int) -> Frame:

@@ -12,10 +12,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+from jax._src import core as _jcore
 
 from heddle.policy._errors import UnknownDTypeError, message
 from heddle.policy._policy import Policy, active, use
 from heddle.policy._precision import Precision, _one_float, _readings
+from heddle.programs import _eager
 from heddle.programs._evaluate import Evaluator
 from heddle.programs._higher import _conform
 
@@ -61,8 +63,9 @@ def autocast(
         linen Module that is not bound is taken as its ``apply``: ``autocast(module)(variables,
         x)`` runs ``module.apply(variables, x)``. A callable pytree (an equinox or flax nnx
         Module) is traced with its arrays as inputs, so ``precision=`` casts them too.
-        Omitted, ``autocast(policy=..., precision=...)`` returns a decorator; ``with`` it is a
-        ``TypeError`` naming the wrapping form: there is no block form.
+        Omitted, ``autocast(policy=..., precision=...)`` returns a decorator, which is also a
+        block: ``with heddle.autocast():`` runs its statements eagerly under the policy (without
+        ``precision=``, outside any JAX transformation).
       policy: the policy to apply (its accumulation floor, matmul precision); the active one by
         default.
       precision: a ``heddle.policy.Precision`` (or its string form, ``"mixed_bfloat16"``,
@@ -151,18 +154,22 @@ def _kwargs_text(policy: Policy | None, precision: Any) -> str:
 
 
 class _Decorator:
-    """What ``autocast(policy=..., precision=...)`` gives without a function: a decorator.
+    """What ``autocast(policy=...)`` gives without a function: a decorator, and a block.
 
-    Used as ``with heddle.autocast(...):`` it raises a ``TypeError`` that shows the wrapping and the
-    decorating forms: autocast rewrites the program a function traces to, and a block of
-    statements is not a function it can trace.
+    ``@heddle.autocast(policy=...)`` decorates a function. ``with heddle.autocast(policy=...):``
+    runs the block eagerly under the policy (``_eager.Block``): every operation in it is evaluated
+    by autocast's rules, and the values it leaves behave as the concrete arrays they hold. The
+    block form takes no ``precision=`` (a block has no inputs or outputs to cast) and runs only
+    eagerly: inside ``jax.jit``, ``jax.grad`` or ``jax.vmap``, a value leaving the block would not
+    be one of their traced values, so the wrapping form is the one there.
     """
 
-    __slots__ = ("policy", "precision")
+    __slots__ = ("_open", "policy", "precision")
 
     def __init__(self, policy: Policy | None, precision: Any) -> None:
         self.policy = policy
         self.precision = precision
+        self._open: list[tuple[Any, Any]] = []
 
     def __call__(self, fn: Callable[..., Any]) -> Any:
         return autocast(fn, policy=self.policy, precision=self.precision)
@@ -170,21 +177,46 @@ class _Decorator:
     def __repr__(self) -> str:
         return f"heddle.autocast({_kwargs_text(self.policy, self.precision)})"
 
-    def __enter__(self) -> Any:
+    def __enter__(self) -> None:
         kw = _kwargs_text(self.policy, self.precision)
         sep = ", " if kw else ""
-        raise TypeError(
-            message(
-                f"with heddle.autocast({kw}):",
-                "the block form is not supported: autocast rewrites the program a function "
-                "traces to, so it needs the function, and a block of statements is not one",
-                f"Wrap the function and call it: heddle.autocast(fn{sep}{kw})(*args), or "
-                f"decorate its definition with @heddle.autocast({kw})",
+        if self.precision is not None:
+            raise TypeError(
+                message(
+                    f"with heddle.autocast({kw}):",
+                    "precision= casts a function's inputs and outputs, and a block has neither",
+                    f"Wrap the function and call it: heddle.autocast(fn{sep}{kw})(*args), or "
+                    "leave precision= out of the block and cast its inputs with "
+                    "Precision.cast_to_compute",
+                )
             )
-        )
+        if not isinstance(_jcore.trace_ctx.trace, _jcore.EvalTrace | _eager.EagerTrace):
+            raise TypeError(
+                message(
+                    f"with heddle.autocast({kw}):",
+                    "the block form runs eagerly, and this is inside a JAX transformation "
+                    "(jax.jit, jax.grad, jax.vmap...): the values leaving the block would not be "
+                    "its traced values",
+                    f"Wrap the function instead: heddle.autocast(fn{sep}{kw})(*args) inside the "
+                    f"transformation, or jax.jit(heddle.autocast(fn{sep}{kw}))",
+                )
+            )
+        scope = use(self.policy) if self.policy is not None else contextlib.nullcontext()
+        scope.__enter__()
+        try:
+            block = _eager.Block(Evaluator(active(), eager=True))
+            block.__enter__()
+        except BaseException:
+            scope.__exit__(None, None, None)
+            raise
+        self._open.append((scope, block))
 
     def __exit__(self, *exc: Any) -> None:
-        return None
+        scope, block = self._open.pop()
+        try:
+            block.__exit__(*exc)
+        finally:
+            scope.__exit__(*exc)
 
 
 def _invoke(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -311,8 +343,15 @@ def _call(fn: Callable[..., Any], p: Policy, args: tuple, kwargs: dict[str, Any]
         return [o for i, o in enumerate(outs) if i not in static]
 
     values = [leaves[i] for i in dynamic]
+    eager = not any(isinstance(v, jax.core.Tracer) for v in values)
+    ev = Evaluator(p, eager=eager)
+    if eager and isinstance(_jcore.trace_ctx.trace, _jcore.EvalTrace):
+        computed = iter(_eager.call(ev, flat, values))
+        tree, static, n = out_tree[-1]
+        return jax.tree.unflatten(
+            tree, [static[i] if i in static else next(computed) for i in range(n)]
+        )
     closed = jax.make_jaxpr(flat)(*values)
-    ev = Evaluator(p, eager=not any(isinstance(v, jax.core.Tracer) for v in values))
     frame = ev.frame()
     jaxpr = closed.jaxpr
     for v, c in zip(jaxpr.constvars, closed.consts, strict=True):

@@ -14,9 +14,13 @@ variables, what the JAX function traces to on the same input aval (traced again 
 its one input is a narrow float, and no equation outside them reads their intermediates. The
 equations are then evaluated as heddle's function of that input: on its float32 value (the call's
 shadow, or the exact twin) at float32, rounded once to the outputs' dtypes, the bits
-heddle's namespace gives. Anything else (another keyword value, an array hyper-parameter, a
-float32 input, a function called inside another library call) traces to other equations and is
-evaluated primitive by primitive as before.
+heddle's namespace gives. A call of a candidate with ``scalars`` (``leaky_relu``'s slope, a
+distribution's ``loc`` and ``scale``) given other values is recognised with the values read back
+from the program where they are exact (``_with_scalars``, ``_scalar``): it is traced once with
+sentinels to find where they go, the program's scalars there are read, and it is traced again with
+them and compared as a whole. Anything else (another keyword value, an array hyper-parameter, a
+traced scalar, a float32 input, a function called inside another library call) traces to other
+equations and is evaluated primitive by primitive as before.
 
 A call is first looked at without tracing anything: the entry of its call key (the JAX function
 its caller called, None for a jitted one) and its first equation's primitive must be a
@@ -32,6 +36,8 @@ import dataclasses
 import functools
 import importlib
 import inspect
+import itertools
+import math
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -51,58 +57,72 @@ from heddle.programs._table import Body, kind
 @dataclasses.dataclass(frozen=True)
 class Known:
     """A JAX function evaluated by heddle's function of the same name (``"nn.gelu"`` is
-    ``jax.nn.gelu`` and ``heddle.nn.gelu``), with each of ``variants`` as keyword arguments."""
+    ``jax.nn.gelu`` and ``heddle.nn.gelu``), with each of ``variants`` as keyword arguments.
+
+    ``scalars`` names the arguments that may also be any scalar constant (``leaky_relu``'s
+    ``negative_slope``, a distribution's ``loc`` and ``scale``): their values are read back from
+    the program (``_with_scalars``). ``rounded``: heddle rounds those scalars to the input's dtype
+    itself (a distribution's ``loc`` and ``scale`` are value operands, heddle/scipy/_table.py), so
+    a narrow literal JAX built from one is the value heddle computes with; otherwise (a
+    hyper-parameter, computed with at float32) only a value JAX passed on unrounded is read."""
 
     name: str
     variants: tuple[tuple[tuple[str, Any], ...], ...] = ((),)
+    scalars: tuple[str, ...] = ()
+    rounded: bool = False
 
     def functions(self) -> tuple[Callable[..., Any], Callable[..., Any]]:
         return _resolve(f"jax.{self.name}"), _resolve(f"heddle.{self.name}")
 
 
+def _each(names: str, scalars: tuple[str, ...] = (), rounded: bool = False) -> Iterator[Known]:
+    """A ``Known`` of each of the space-separated ``names``, with the default variant."""
+    return (Known(n, scalars=scalars, rounded=rounded) for n in names.split())
+
+
+_LOC_SCALE = ("loc", "scale")
+
+
 KNOWN_CALLS: tuple[Known, ...] = (
     # constants built in the input dtype (1/ln 10, pi/180, 180/pi, 2 pi)
-    *map(Known, "numpy.log10 numpy.deg2rad numpy.radians numpy.rad2deg numpy.degrees".split()),
-    Known("numpy.unwrap"),
+    *_each("numpy.log10 numpy.deg2rad numpy.radians numpy.rad2deg numpy.degrees"),
+    Known("numpy.unwrap", scalars=("discont", "period")),
     # heddle's formulas (heddle/ops/_formulas.py), pi in sinc
-    *map(
-        Known,
-        "numpy.sinc numpy.i0 numpy.arcsin numpy.asin numpy.exp2 numpy.cosh numpy.sinh".split(),
-    ),
+    *_each("numpy.sinc numpy.i0 numpy.arcsin numpy.asin numpy.exp2 numpy.cosh numpy.sinh"),
     # sqrt(2/pi) and 0.044715; 1/sqrt 2 (and heddle's tails)
     Known("nn.gelu", ((("approximate", True),), (("approximate", False),))),
     # the selu scale and alpha, 0.01, 1/6, b = 4 (and heddle's formulas)
-    *map(
-        Known,
-        "nn.selu nn.leaky_relu nn.hard_sigmoid nn.hard_silu nn.squareplus nn.mish nn.silu".split(),
-    ),
-    *map(
-        Known, "scipy.special.i0 scipy.special.i1 scipy.special.erfcx scipy.special.erfinv".split()
-    ),
+    *_each("nn.selu"),
+    Known("nn.leaky_relu", scalars=("negative_slope",)),
+    *_each("nn.hard_sigmoid nn.hard_silu"),
+    Known("nn.squareplus", scalars=("b",)),
+    *_each("nn.mish nn.silu"),
+    *_each("scipy.special.i0 scipy.special.i1 scipy.special.erfcx scipy.special.erfinv"),
     # heddle's formulas accurate near the zeros of lgamma and digamma, gamma's series
-    *map(
-        Known,
-        (
-            "scipy.special.gammaln scipy.special.loggamma scipy.special.digamma "
-            "scipy.special.gamma lax.lgamma lax.digamma"
-        ).split(),
+    *_each(
+        "scipy.special.gammaln scipy.special.loggamma scipy.special.digamma "
+        "scipy.special.gamma lax.lgamma lax.digamma"
     ),
     # two outputs: a narrow one computed in float32 as a whole (sici's series, frexp's subnormals)
-    *map(Known, "scipy.special.sici numpy.frexp".split()),
+    *_each("scipy.special.sici numpy.frexp"),
     # log(2 pi) (and heddle's logpdf), the logistic's constants
-    *map(Known, "scipy.stats.norm.pdf scipy.stats.norm.logpdf scipy.stats.logistic.pdf".split()),
-    # pi and 1/pi, Euler's gamma and log 2, Poisson's entropy series
-    *map(
-        Known,
-        (
-            "scipy.stats.cauchy.pdf scipy.stats.cauchy.logpdf scipy.stats.cauchy.cdf "
-            "scipy.stats.cauchy.logcdf scipy.stats.cauchy.sf scipy.stats.cauchy.logsf "
-            "scipy.stats.cauchy.ppf scipy.stats.cauchy.isf scipy.stats.gumbel_l.pdf "
-            "scipy.stats.gumbel_l.cdf scipy.stats.gumbel_l.sf scipy.stats.gumbel_l.ppf "
-            "scipy.stats.gumbel_r.pdf scipy.stats.gumbel_r.cdf scipy.stats.gumbel_r.logsf "
-            "scipy.stats.gumbel_r.ppf scipy.stats.poisson.entropy"
-        ).split(),
+    *_each(
+        "scipy.stats.norm.pdf scipy.stats.norm.logpdf scipy.stats.logistic.pdf",
+        _LOC_SCALE,
+        rounded=True,
     ),
+    # pi and 1/pi, Euler's gamma and log 2, Poisson's entropy series
+    *_each(
+        "scipy.stats.cauchy.pdf scipy.stats.cauchy.logpdf scipy.stats.cauchy.cdf "
+        "scipy.stats.cauchy.logcdf scipy.stats.cauchy.sf scipy.stats.cauchy.logsf "
+        "scipy.stats.cauchy.ppf scipy.stats.cauchy.isf scipy.stats.gumbel_l.pdf "
+        "scipy.stats.gumbel_l.cdf scipy.stats.gumbel_l.sf scipy.stats.gumbel_l.ppf "
+        "scipy.stats.gumbel_r.pdf scipy.stats.gumbel_r.cdf scipy.stats.gumbel_r.logsf "
+        "scipy.stats.gumbel_r.ppf",
+        _LOC_SCALE,
+        rounded=True,
+    ),
+    Known("scipy.stats.poisson.entropy", scalars=("loc",), rounded=True),
 )
 """The known calls; ``docs/autocast.md`` gives the inputs each one changed."""
 
@@ -121,19 +141,46 @@ def _resolve(path: str) -> Callable[..., Any]:
     raise ImportError(path)
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, eq=False)
 class _Candidate:
-    """One known function with one set of keyword arguments."""
+    """One known function with one set of keyword arguments; ``scalars`` and ``rounded`` as in
+    ``Known`` (a candidate with scalars read from a program has none)."""
 
     jax_fn: Callable[..., Any]
     heddle_fn: Callable[..., Any]
     kwargs: tuple[tuple[str, Any], ...]
+    scalars: tuple[str, ...] = ()
+    rounded: bool = False
 
     def traced(self, x: Any) -> Any:
         return self.jax_fn(x, **dict(self.kwargs))
 
     def evaluate(self, x: Any) -> Any:
         return self.heddle_fn(x, **dict(self.kwargs))
+
+    def given(self, values: dict[str, Any]) -> _Candidate:
+        """The same function with ``values`` as further keyword arguments (and no scalars)."""
+        return _Candidate(self.jax_fn, self.heddle_fn, (*self.kwargs, *values.items()))
+
+    @functools.cached_property
+    def key(self) -> tuple:
+        """What tells candidates apart: the functions and each argument by type and bits (``0.0``
+        and ``-0.0``, ``1.0`` and ``float32(1.0)`` are equal in Python, not here)."""
+        return (self.jax_fn, self.heddle_fn, tuple((k, _value_key(v)) for k, v in self.kwargs))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Candidate) and self.key == other.key
+
+    def __hash__(self) -> int:
+        return hash(self.key)
+
+
+def _value_key(v: Any) -> Any:
+    """A keyword value by its type and bits (a number or an array), else itself."""
+    if isinstance(v, bool | int | float | complex | np.generic | np.ndarray | jax.Array):
+        a = np.asarray(v)
+        return type(v), a.dtype.str, a.shape, a.tobytes()
+    return v
 
 
 @functools.cache
@@ -150,7 +197,7 @@ def _candidates() -> tuple[_Candidate, ...]:
         for kw in known.variants:
             if (id(jfn), kw) not in seen:  # aliases (jax.nn.swish is jax.nn.silu) once
                 seen.add((id(jfn), kw))
-                out.append(_Candidate(jfn, hfn, kw))
+                out.append(_Candidate(jfn, hfn, kw, known.scalars, known.rounded))
     return tuple(out)
 
 
@@ -420,12 +467,13 @@ def _same_eqn(
 @dataclasses.dataclass(frozen=True)
 class Call:
     """A recognised call: ``candidate`` of the program's ``x``, giving its ``outs``; ``eqn`` is its
-    first equation (for source information)."""
+    first equation (for source information), ``size`` the number of its equations."""
 
     candidate: _Candidate
     x: Any
     outs: tuple[Any, ...]
     eqn: Any
+    size: int = 1  # its equations
 
 
 def _input(eqns: Sequence[Any]) -> Any | None:
@@ -487,7 +535,9 @@ def calls(
 ) -> tuple[int, list[Call]] | None:
     """Where ``jaxpr.eqns[start]`` begins a library call (its call key, ``key_of``, differs from the
     previous equation's) whose equations are known calls end to end (the same statement in a loop
-    makes several): (the index after them, the calls); None otherwise."""
+    makes several): (the index after them, the calls); None otherwise. Each call is first tried as
+    each candidate with its own keyword arguments, then, where none is it, as each candidate with
+    scalars read from the program (``_with_scalars``)."""
     eqns = jaxpr.eqns
     key = key_of(eqns[start])
     if start > 0 and key_of(eqns[start - 1]) == key:
@@ -510,25 +560,175 @@ def calls(
             return None
         aval = _aval_of(x)
         look = _look(eqns[i])
-        for c, want in group:
-            if want is not None and want != look:
-                continue
-            t = _trace(c, aval)
-            if t is None or t.entry != entry or i + len(t.jaxpr.jaxpr.eqns) > end:
-                continue
-            outs = _match(t, eqns, i, x, frame)
-            if outs is None or not _fits(c, aval, outs):
-                continue
-            n = len(t.jaxpr.jaxpr.eqns)
-            inside = {v for e in eqns[i : i + n] for v in e.outvars} - set(outs)
-            if _read_after(eqns, i + n, jaxpr.outvars, inside):
-                continue
-            found.append(Call(c, x, outs, eqns[i]))
-            i += n
-            break
+        here = [c for c, want in group if want is None or want == look]
+        hit = None
+        for c in here:
+            hit = _recognise(c, _trace(c, aval), entry, jaxpr, i, end, x, frame)
+            if hit is not None:
+                break
         else:
+            for c in here:
+                for given in _with_scalars(c, aval, entry, jaxpr, i, end, frame):
+                    hit = _recognise(given, _trace(given, aval), entry, jaxpr, i, end, x, frame)
+                    if hit is not None:
+                        break
+                if hit is not None:
+                    break
+        if hit is None:
             return None
+        found.append(hit)
+        i += hit.size
     return end, found
+
+
+def _recognise(
+    c: _Candidate, t: _Trace | None, entry: Any, jaxpr: Any, i: int, end: int, x: Any, frame: Frame
+) -> Call | None:
+    """The call of ``c`` (traced to ``t``) that ``jaxpr.eqns[i:]`` begins with, reading ``x``;
+    None where they are not its equations, or another equation reads their intermediates."""
+    if t is None or t.entry != entry or i + len(t.jaxpr.jaxpr.eqns) > end:
+        return None
+    eqns = jaxpr.eqns
+    outs = _match(t, eqns, i, x, frame)
+    if outs is None or not _fits(c, _aval_of(x), outs):
+        return None
+    n = len(t.jaxpr.jaxpr.eqns)
+    inside = {v for e in eqns[i : i + n] for v in e.outvars} - set(outs)
+    if _read_after(eqns, i + n, jaxpr.outvars, inside):
+        return None
+    return Call(c, x, outs, eqns[i], n)
+
+
+# -- scalars read from the program -----------------------------------------------------------------
+
+# Values for the scalars while looking for where they go: exact in bfloat16 and float16, and not
+# among the constants of the known functions.
+_SENTINELS = (1.4453125, 1.7265625, 1.1796875)
+
+# A sentinel's place in a candidate's equations: (equation, operand), and whether JAX passed the
+# Python scalar on as it is there (a weak-typed operand: a jitted function's argument) or
+# converted it to the input's dtype (an inlined body's narrow literal).
+_Place = tuple[int, int, bool]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Template:
+    """A candidate traced with sentinels for some of its scalars: where each one goes."""
+
+    n: int  # its equations
+    shape: tuple[tuple[Any, int], ...]  # each one's primitive and number of operands
+    places: tuple[tuple[str, tuple[_Place, ...]], ...]
+
+
+def _template(c: _Candidate, names: tuple[str, ...], aval: _Aval) -> _Template | None:
+    """Where each of ``names`` goes when ``c`` is traced on ``aval`` with a sentinel for it; None
+    where one goes nowhere to be seen (its value could not be read back)."""
+    sentinels = dict(zip(names, _SENTINELS, strict=False))
+
+    def make(spec: Any) -> _Template | None:
+        jaxpr = jax.make_jaxpr(lambda x: c.jax_fn(x, **dict(c.kwargs), **sentinels))(spec).jaxpr
+        found: dict[str, list[_Place]] = {n: [] for n in names}
+        for e, eqn in enumerate(jaxpr.eqns):
+            for k, a in enumerate(eqn.invars):
+                if not isinstance(a, jcore.Literal) or np.shape(a.val) != ():
+                    continue
+                for n, s in sentinels.items():
+                    if D.kind(np.asarray(a.val).dtype) == "f" and float(a.val) == s:
+                        found[n].append((e, k, bool(getattr(a.aval, "weak_type", False))))
+        if not all(found.values()):
+            return None
+        return _Template(
+            len(jaxpr.eqns),
+            tuple((eqn.primitive, len(eqn.invars)) for eqn in jaxpr.eqns),
+            tuple((n, tuple(found[n])) for n in names),
+        )
+
+    return _cached(f"template {names}", c, aval, make)  # type: ignore[no-any-return]
+
+
+def _with_scalars(
+    c: _Candidate, aval: _Aval, entry: Any, jaxpr: Any, i: int, end: int, frame: Frame
+) -> Iterator[_Candidate]:
+    """``c`` with the values of its scalars read from ``jaxpr.eqns[i:]``: for all of them, then
+    for fewer (``jnp.unwrap``'s ``discont`` is None unless given), each where every value read
+    is the one the program's caller gave (``_scalar``). Only candidates; ``_recognise`` decides."""
+    if not c.scalars:
+        return
+    eqns = jaxpr.eqns
+    consts = set(jaxpr.constvars)
+    names = c.scalars
+    subsets = [s for r in range(len(names), 0, -1) for s in itertools.combinations(names, r)]
+    for subset in subsets:
+        t = _template(c, subset, aval)
+        if t is None or i + t.n > end:
+            continue
+        if any(
+            eqns[i + e].primitive is not p or len(eqns[i + e].invars) != m
+            for e, (p, m) in enumerate(t.shape)
+        ):
+            continue
+        forms: list[tuple[Any, ...]] = []
+        for _, places in t.places:
+            seen = [
+                _scalar(c, eqns[i + e], k, passed, aval, consts, frame) for e, k, passed in places
+            ]
+            read = [s for s in seen if s is not None]
+            if len(read) < len(seen) or len({_value_key(s[0]) for s in read}) != 1:
+                break  # one cannot be read back, or they differ: not this subset
+            forms.append(read[0])
+        else:
+            for values in itertools.product(*forms):
+                yield c.given(dict(zip(subset, values, strict=True)))
+
+
+_PYTHON: dict[str, type] = {"b": bool, "i": int, "u": int, "f": float}
+
+
+def _scalar(
+    c: _Candidate, eqn: Any, k: int, passed: bool, aval: _Aval, consts: set[Any], frame: Frame
+) -> tuple[Any, ...] | None:
+    """The value the caller gave for a scalar, operand ``k`` of ``eqn``, in the forms to trace it
+    with (a Python scalar first); None where it cannot be read back exactly:
+
+    - a literal where JAX passed the Python scalar on as it is (``passed``: a jitted function's
+      weak-typed argument): a weak one is a Python scalar's value (a Python float's float32, all
+      that JAX's function and heddle's, which computes at float32, ever see of it; for a scalar
+      heddle rounds to the input's dtype, ``rounded``, not one halfway between two of its values,
+      which float32 may have rounded either way), any other the NumPy scalar the caller gave;
+    - a narrow literal JAX converted the scalar to (an inlined body's): for a ``rounded`` scalar
+      the value heddle computes with (both round the Python value once to the input's dtype);
+      for a hyper-parameter nothing, its value before rounding is lost;
+    - a constant of the jaxpr (an array the caller closed over): that array.
+
+    An input of the program (a traced argument) is never read: it has no value when jitted."""
+    a = eqn.invars[k]
+    if not isinstance(a, jcore.Literal):
+        value = frame.computed(a) if a in consts else None
+        if value is None or isinstance(value, jax.core.Tracer) or np.shape(value) != ():
+            return None
+        return (value,) if D.kind(np.asarray(value).dtype) in ("b", "i", "u", "f") else None
+    v = np.asarray(a.val)
+    of = _PYTHON.get(D.kind(v.dtype))
+    if v.shape != () or of is None:
+        return None
+    scalar = of(v)
+    if not passed:
+        return (scalar, v[()]) if c.rounded and of is float else None
+    if not getattr(a.aval, "weak_type", False):
+        return (v[()],)
+    if c.rounded and of is float and _halfway(scalar, aval[1]):
+        return None
+    return (scalar,)
+
+
+def _halfway(v: float, d: np.dtype) -> bool:
+    """Whether ``v`` lies halfway between two neighbouring values of ``d``, or rounds to an
+    infinity from a finite value."""
+    r = float(np.asarray(v, d))
+    if math.isinf(r) and not math.isinf(v):
+        return True
+    other = 2 * v - r  # the other neighbour if v is halfway (exact for these formats)
+    return r != v and math.isfinite(other) and float(np.asarray(other, d)) == other
 
 
 def evaluate(frame: Frame, call: Call, segment: int) -> None:

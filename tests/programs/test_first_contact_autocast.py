@@ -52,11 +52,10 @@ def test_autocast_without_a_function_checks_its_precision_at_once():
     ("kwargs", "shown"),
     [
         ({"precision": "mixed_bfloat16"}, "precision='mixed_bfloat16'"),
-        ({}, ""),
         ({"policy": policy.HEDDLE, "precision": "mixed_bfloat16"}, "policy="),
     ],
 )
-def test_with_autocast_block_is_refused_with_the_wrapping_form(kwargs, shown):
+def test_with_autocast_block_and_precision_is_refused_with_the_wrapping_form(kwargs, shown):
     entered = False
     with pytest.raises(TypeError) as e:
         with heddle.autocast(**kwargs):
@@ -64,11 +63,17 @@ def test_with_autocast_block_is_refused_with_the_wrapping_form(kwargs, shown):
     assert not entered  # the block never ran outside the policy
     msg = str(e.value)
     assert msg.startswith(f"with heddle.autocast({shown}")
-    assert "the block form is not supported" in msg
-    assert "heddle.autocast(fn" in msg and "(*args)" in msg and "@heddle.autocast(" in msg
+    assert "a block has neither" in msg
+    assert "heddle.autocast(fn" in msg and "(*args)" in msg
     # the fix, both ways
     assert float(heddle.autocast(_cumsum, **kwargs)(X)[-1]) == float(EXACT[-1])
     assert float(heddle.autocast(**kwargs)(_cumsum)(X)[-1]) == float(EXACT[-1])
+
+
+def test_with_autocast_block_runs_its_statements_under_the_policy():
+    with heddle.autocast():
+        out = _cumsum(X)
+    assert float(out[-1]) == float(EXACT[-1])
 
 
 # ---- flax linen ---------------------------------------------------------------------------------

@@ -1,0 +1,216 @@
+"""Eager ``heddle.autocast`` behaves as eager JAX: values are concrete inside the call, and every value
+that leaves it (returned or not) is a concrete array; ``with heddle.autocast():`` runs a block so.
+
+References are independent of autocast: NumPy on the same values, float64 sums, and plain eager JAX
+for the control flow each program takes.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import heddle
+from heddle import policy
+
+BF16 = jnp.bfloat16
+N = 10_000
+X = jnp.full(N, 0.1, BF16)
+TENTH = float(np.float64(np.asarray(X[0], np.float32)))  # bfloat16's 0.1, as float64
+EXACT_SUM = float(np.asarray(np.float64(TENTH) * N, BF16))  # the sum of N of them, rounded once
+
+
+def _bits(x):
+    x = np.asarray(x)
+    return x.view(np.uint16) if x.dtype.itemsize == 2 else x
+
+
+# ---- values inside the call ------------------------------------------------------------------
+
+
+def test_python_control_flow_on_values_takes_the_branch_eager_jax_takes():
+    def f(x):
+        s = x.cumsum()[-1]  # 1000 under the policy (1008 in bfloat16's own sum)
+        if s > 1004:
+            return s * 0
+        return s
+
+    assert float(heddle.autocast(f)(X)) == EXACT_SUM == 1000.0
+    assert float(f(X)) == 0.0  # plain JAX's narrow cumsum takes the other branch
+
+
+def test_float_int_item_tolist_asarray_and_printing_work_inside_the_call():
+    seen = {}
+
+    def f(x):
+        s = jnp.sum(x.astype(jnp.float32))
+        seen["float"] = float(s)
+        seen["int"] = int(s)
+        seen["item"] = x[:2].sum().item()
+        seen["tolist"] = x[:3].tolist()
+        seen["asarray"] = np.asarray(x[:4])
+        seen["str"] = f"{float(s):.1f} {x[0]}"
+        seen["len"] = len(x)
+        seen["iter"] = [float(v) for v in x[:2]]
+        return s
+
+    out = heddle.autocast(f)(X)
+    want = np.sum(np.asarray(X, np.float64))
+    assert abs(seen["float"] - want) <= want * 2.0**-20 and float(out) == seen["float"]
+    assert seen["int"] == int(seen["float"])
+    assert seen["item"] == float(np.asarray(np.float64(TENTH) * 2, BF16))
+    assert seen["tolist"] == [TENTH] * 3
+    assert (
+        seen["asarray"].dtype == BF16 and _bits(seen["asarray"]).tolist() == [int(_bits(X[0]))] * 4
+    )
+    assert seen["str"] == f"{seen['float']:.1f} {X[0]}"  # as eager JAX formats it
+    assert seen["len"] == N and seen["iter"] == [TENTH, TENTH]
+
+
+def test_boolean_masks_and_data_dependent_shapes_work_as_in_eager_jax():
+    x = jnp.linspace(-1, 1, 21, dtype=BF16)
+    ref = np.asarray(x)
+
+    def f(x):
+        kept = x[x > 0.25]
+        (idx,) = jnp.nonzero(x < -0.5)
+        uniq = jnp.unique(jnp.round(x))
+        return kept, idx, uniq, jnp.zeros(int((x > 0).sum()))
+
+    kept, idx, uniq, zeros = heddle.autocast(f)(x)
+    assert _bits(kept).tolist() == _bits(ref[ref > 0.25]).tolist()
+    assert np.asarray(idx).tolist() == np.nonzero(ref < -0.5)[0].tolist()
+    assert np.asarray(uniq).tolist() == np.unique(np.round(ref.astype(np.float32))).tolist()
+    assert zeros.shape == (int((ref > 0).sum()),)
+
+
+def test_a_concrete_value_asked_for_midway_keeps_float32_accumulation():
+    def f(x):
+        c = x.cumsum()
+        if c[0] > 0:  # asks for a value: what is recorded so far is evaluated
+            c = c + 0
+        return jnp.cumsum(x)[-1], c[-1]
+
+    a, b = heddle.autocast(f)(X)
+    assert float(a) == float(b) == EXACT_SUM
+
+
+# ---- values that leave the call --------------------------------------------------------------
+
+
+class _Holder:
+    pass
+
+
+def test_values_leaving_by_yield_attribute_or_list_are_concrete_arrays():
+    holder, seen = _Holder(), []
+
+    def gen(x):
+        for k in range(3):
+            yield x[:4] * (k + 1)
+
+    def f(x):
+        holder.value = x.cumsum()
+        seen.extend(gen(x))
+        return x[:4]
+
+    out = heddle.autocast(f)(X)
+    leaked = holder.value
+    assert isinstance(leaked, jax.Array)
+    assert float(leaked[-1]) == EXACT_SUM
+    assert float(np.asarray(leaked)[-1]) == EXACT_SUM
+    for k, v in enumerate(seen):  # usable as arrays after the call, eagerly and under jit
+        want = np.asarray(np.asarray(out, np.float64) * (k + 1), BF16)
+        assert _bits(v).tolist() == _bits(want).tolist()
+        assert _bits(v + 0).tolist() == _bits(want).tolist()
+        assert _bits(jax.jit(lambda a: a * 1)(v)).tolist() == _bits(want).tolist()
+    assert "Array(" in repr(seen[0]) and "Tracer" not in repr(seen[0])
+
+
+def test_eager_and_jitted_give_the_same_bits_on_a_program_without_concrete_values():
+    x = jnp.asarray(np.random.default_rng(0).normal(size=(64, 32)), BF16)
+    w = jnp.asarray(np.random.default_rng(1).normal(size=(32, 16)), BF16)
+
+    def f(x, w):
+        h = jax.nn.gelu(x @ w, approximate=False)
+        return jax.nn.logsumexp(h, axis=-1), jnp.var(h), h.cumsum(axis=0)
+
+    eager = heddle.autocast(f)(x, w)
+    jitted = jax.jit(heddle.autocast(f))(x, w)
+    for a, b in zip(eager, jitted, strict=True):
+        assert _bits(a).tolist() == _bits(b).tolist()
+
+
+def test_an_exception_in_the_function_leaves_jax_as_it_was():
+    def f(x):
+        _ = x * 2
+        raise ValueError("boom")
+
+    with pytest.raises(ValueError, match="boom"):
+        heddle.autocast(f)(X)
+    assert float(X.cumsum()[-1]) == 1008.0  # plain JAX again, not under the policy
+    assert isinstance(X * 2, jax.Array) and not isinstance(X * 2, jax.core.Tracer)
+
+
+# ---- the block form ------------------------------------------------------------------------------
+
+
+def test_a_block_runs_its_statements_under_the_policy():
+    with heddle.autocast():
+        c = X.cumsum()
+        j = jax.jit(jnp.cumsum)(X)  # a jitted call inside the block too
+        branch = "big" if c[-1] > 1004 else "exact"
+    assert float(c[-1]) == float(j[-1]) == EXACT_SUM
+    assert branch == "exact"
+    assert float(X.cumsum()[-1]) == 1008.0  # after the block: plain JAX
+    assert float((c * 2)[-1]) == 2 * EXACT_SUM and np.asarray(c).dtype == BF16
+
+
+def test_blocks_nest_and_follow_their_policy():
+    block = heddle.autocast()
+    with block:
+        with block:
+            inner = X.cumsum()
+        outer = inner[-1] + X.cumsum()[-1]
+    assert float(inner[-1]) == EXACT_SUM and float(outer) == 2 * EXACT_SUM
+    with policy.use(policy.HEDDLE):
+        with heddle.autocast(policy=policy.JAX):
+            active = policy.current()
+        assert policy.current() is policy.HEDDLE
+    assert active is policy.JAX
+
+
+def test_an_error_in_a_block_leaves_jax_as_it_was():
+    with pytest.raises(ZeroDivisionError):
+        with heddle.autocast():
+            _ = X.cumsum()
+            _ = 1 / 0
+    assert float(X.cumsum()[-1]) == 1008.0
+
+
+def test_a_block_refuses_precision_with_the_wrapping_form():
+    entered = False
+    with pytest.raises(TypeError) as e:
+        with heddle.autocast(precision="mixed_bfloat16"):
+            entered = True
+    assert not entered
+    msg = str(e.value)
+    assert msg.startswith("with heddle.autocast(precision='mixed_bfloat16'):")
+    assert "a block has neither" in msg
+    assert "heddle.autocast(fn, precision='mixed_bfloat16')(*args)" in msg
+
+
+@pytest.mark.parametrize("transform", ["jit", "grad", "vmap"])
+def test_a_block_inside_a_transformation_is_refused_with_the_wrapping_form(transform):
+    def f(x):
+        with heddle.autocast():
+            return jnp.sum(x.astype(jnp.float32))
+
+    wrap = {"jit": jax.jit, "grad": jax.grad, "vmap": jax.vmap}[transform]
+    arg = X[:4].astype(jnp.float32) if transform != "vmap" else X[:4].reshape(2, 2)
+    with pytest.raises(TypeError) as e:
+        wrap(f)(arg)
+    msg = str(e.value)
+    assert "inside a JAX transformation" in msg and "heddle.autocast(fn)" in msg
