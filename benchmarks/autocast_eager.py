@@ -9,7 +9,8 @@ Peak memory is the growth of the process's peak resident set (Linux ``VmHWM``, r
 ``/proc/self/clear_refs`` after warm-up) during one call, each variant in a fresh process, the median
 of several processes. Time is the median of per-round ratios of interleaved rounds in one process.
 
-Usage: ``python benchmarks/autocast_eager.py`` (Linux).
+Usage: ``python benchmarks/autocast_eager.py [--shape ROWS,COLS]`` (Linux; the default shape is
+1024,2048; a small one such as 256,256 measures dispatch rather than arithmetic).
 """
 
 from __future__ import annotations
@@ -72,8 +73,12 @@ def peaks(processes: int = 3) -> dict[str, float]:
     for v in VARIANTS:
         got = []
         for _ in range(processes):
+            shape = ",".join(map(str, SHAPE))
             res = subprocess.run(
-                [sys.executable, __file__, "--peak", v], capture_output=True, text=True, check=True
+                [sys.executable, __file__, "--shape", shape, "--peak", v],
+                capture_output=True,
+                text=True,
+                check=True,
             )
             got.append(json.loads(res.stdout.strip().splitlines()[-1])["peak_mib"])
         out[v] = statistics.median(got)
@@ -103,7 +108,8 @@ def main() -> None:
 
     p = peaks()
     t = times()
-    print(f"jax {jax.__version__}, {SHAPE} bfloat16 input (4 MiB), 40 statements")
+    mib = np.prod(SHAPE) * 2 / 2**20
+    print(f"jax {jax.__version__}, {SHAPE} bfloat16 input ({mib:g} MiB), 40 statements")
     print("| variant | peak memory growth, MiB | vs plain eager | time vs plain eager |")
     print("|---|---|---|---|")
     for v in VARIANTS:
@@ -114,7 +120,11 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 3 and sys.argv[1] == "--peak":
-        _peak_child(sys.argv[2])
+    args = sys.argv[1:]
+    if args[:1] == ["--shape"]:
+        SHAPE = tuple(int(n) for n in args[1].split(","))
+        args = args[2:]
+    if len(args) == 2 and args[0] == "--peak":
+        _peak_child(args[1])
     else:
         main()

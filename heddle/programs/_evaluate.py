@@ -134,9 +134,13 @@ class Evaluator:
         eqns = jaxpr.eqns
         dead = _dead_after(jaxpr)
         i = 0
+        last = self.segment
         while i < len(eqns):
             eqn = eqns[i]
             seg = self._segment(eqn)
+            if seg != last:  # a segment ended: its shadows are never read again
+                frame.prune(seg)
+                last = seg
             known = _known.calls(self._key, frame, jaxpr, i)
             if known is not None:
                 end, found = known
@@ -578,7 +582,7 @@ def _convert(ev: Evaluator, frame: Frame, eqn: Any, seg: int) -> None:
             frame.pending_twins[out] = frame.twin_ref(x)
         s = frame.shadow(x, seg)
         if s is not None:
-            frame.shadows[out] = (s, seg)
+            frame.set_shadow(out, s, seg)
         return
     if is_narrow(src) and ev.acc(src) == dst:
         frame.write(out, frame.wide(x, seg))  # the shadow inside a call, else the exact twin

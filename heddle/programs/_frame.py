@@ -102,6 +102,7 @@ class Frame:
         self.twins: dict[Any, Any] = {}
         self.pending_twins: dict[Any, Callable[[], Any]] = {}
         self.shadows: dict[Any, tuple[Any, int]] = {}  # var -> (unrounded value, segment)
+        self._shadowed: list[tuple[Any, int]] = []  # (var, segment) of each shadow set, for prune
         self.contexts: dict[Any, Any] = {}  # narrow var -> source info of the equation producing it
         # twins that lazy twins of other variables read (``twin_ref``), not yet asked for themselves:
         # ``twin`` takes one from here, so every use of a variable shares one twin
@@ -136,7 +137,7 @@ class Frame:
             self.env[v] = wide
             return
         if is_narrow(d) and np.dtype(wide.dtype) == self.acc(d):
-            self.shadows[v] = (wide, segment)
+            self.set_shadow(v, wide, segment)
         if is_narrow(d):
             self.contexts[v] = source_info_util.current()
         self.pending[v] = _here(lambda: cast(wide, d))
@@ -177,6 +178,24 @@ class Frame:
         return isinstance(atom, jcore.Literal) or atom in self.env or atom in self.pending
 
     # -- float32 versions ------------------------------------------------------------------------
+
+    def set_shadow(self, v: Any, wide: Any, segment: int) -> None:
+        """Sets a variable's shadow: ``wide``, readable by the equations of ``segment``."""
+        self.shadows[v] = (wide, segment)
+        self._shadowed.append((v, segment))
+
+    def prune(self, segment: int) -> None:
+        """Forgets the shadows of every segment but ``segment``: a segment that has ended is never
+        read again (the evaluator numbers segments in order), so its float32 values go."""
+        keep = []
+        for v, s in self._shadowed:
+            if s == segment:
+                keep.append((v, s))
+            else:
+                hit = self.shadows.get(v)
+                if hit is not None and hit[1] == s:
+                    del self.shadows[v]
+        self._shadowed = keep
 
     def shadow(self, atom: Any, segment: int) -> Any | None:
         """The atom's shadow if it was computed in ``segment`` (the same library call)."""
@@ -261,6 +280,6 @@ class Frame:
         if outer.has_twin(a):
             self.pending_twins[v] = outer.twin_ref(a)
         if a in outer.shadows:
-            self.shadows[v] = outer.shadows[a]
+            self.set_shadow(v, *outer.shadows[a])
         if a in outer.contexts:
             self.contexts[v] = outer.contexts[a]
