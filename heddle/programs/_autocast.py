@@ -34,10 +34,13 @@ def autocast(
 ) -> Any:
     """Runs any JAX function with every primitive inside it under heddle's dtype policy.
 
-    ``autocast(fn)`` has ``fn``'s signature and output structure. Each call traces ``fn`` to a
-    jaxpr and evaluates it equation by equation under the rule ``heddle/programs/_table.py`` gives
-    its primitive, whichever code produced it (operators, array methods, jax.numpy, jax.nn,
-    jax.lax, flax, equinox, optax):
+    ``autocast(fn)`` has ``fn``'s signature and output structure. Each call evaluates the
+    equations ``fn`` traces to under the rule ``heddle/programs/_table.py`` gives each primitive,
+    whichever code produced it (operators, array methods, jax.numpy, jax.nn, jax.lax, flax,
+    equinox, optax). Under a JAX transformation ``fn`` is traced to a jaxpr first; called eagerly
+    it runs as eager JAX does, on values that are concrete (Python control flow on them,
+    ``float()``, boolean masks), its equations evaluated as they are recorded (``_eager``), and
+    every value it leaves is a concrete array. The rules:
 
     - contractions (``dot_general``, convolutions, ragged dots) accumulate in ``acc_dtype``
       (float32 for narrow floats) through ``preferred_element_type`` and round once; float32
