@@ -397,7 +397,7 @@ _INDEX_OPERANDS: dict[tuple[int, int | None], str] = {
     (0, 1): "select_n",  # the predicate (or case index)
     (1, 2): "gather scatter scatter-add scatter-sub scatter-mul scatter-min scatter-max",
     (1, None): "dynamic_slice",  # the start indices
-    (2, None): "dynamic_update_slice",
+    (2, None): "dynamic_update_slice ragged_dot_general",  # its start indices; the group sizes
 }
 
 INDEX_OPERANDS: dict[str, tuple[int, int | None]] = {

@@ -246,6 +246,33 @@ def test_every_scatter_has_its_indices_as_an_index_operand():
         assert [_table.is_index(name, i) for i in range(3)] == [False, True, False], name
 
 
+def test_an_integer_operand_of_every_primitive_is_an_index_where_jax_says_so():
+    """Every integer operand of the primitives below is an index, found by binding each on
+    abstract values: ragged_dot_general's group sizes, a dynamic slice's starts, a gather's and
+    every scatter's indices."""
+    import jax
+    import jax.numpy as jnp
+    from jax import lax
+
+    f32, i32 = jnp.float32, jnp.int32
+    calls = {
+        "ragged_dot_general": lambda: lax.ragged_dot(
+            jnp.ones((6, 4), f32), jnp.ones((2, 4, 3), f32), jnp.array([2, 4], i32)
+        ),
+        "dynamic_slice": lambda: lax.dynamic_slice(jnp.ones((4, 4), f32), (i32(1), i32(0)), (2, 2)),
+        "dynamic_update_slice": lambda: lax.dynamic_update_slice(
+            jnp.ones((4, 4), f32), jnp.ones((2, 2), f32), (i32(1), i32(0))
+        ),
+        "gather": lambda: jnp.ones((4, 3), f32)[jnp.array([0, 2], i32)],
+        "scatter-add": lambda: jnp.ones((4, 3), f32).at[jnp.array([0, 2], i32)].add(1.0),
+    }
+    for name, call in calls.items():
+        (eqn,) = [e for e in jax.make_jaxpr(call)().eqns if e.primitive.name == name]
+        ints = [i for i, v in enumerate(eqn.invars) if jnp.issubdtype(v.aval.dtype, jnp.integer)]
+        assert ints, name
+        assert all(_table.is_index(name, i) for i in ints), (name, ints)
+
+
 def test_the_copies_are_exact_rows_with_one_result():
     for name in _table.having(Fact.COPIES):
         assert _table.rule(name) is Rule.EXACT, name
