@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 from jax._src import core, source_info_util
 from jax._src.interpreters import partial_eval as pe
+from jax._src.interpreters import pxla
 from jax.extend import core as jcore
 
 from heddle.programs._higher import _conform
@@ -327,10 +328,11 @@ class _Tracer(core.Tracer):
             pass
 
     def to_concrete_value(self) -> Any:
-        f = sys._getframe(1)
-        if f.f_code is _TO_CONCRETE and (f := f.f_back) is not None:  # type: ignore[assignment]
-            if f.f_code is _IS_CONCRETE and f.f_back is not None and _in_passing(f.f_back.f_code):
-                return None  # a faster path if the value happens to be known: as under jit
+        if self._trace.run.open:  # while the call records: as a traced value, where JAX asks
+            f = sys._getframe(1)  # only for a faster path
+            if f.f_code is _TO_CONCRETE and (f := f.f_back) is not None:  # type: ignore[assignment]
+                if f.f_code is _IS_CONCRETE and f.f_back and _in_passing(f.f_back.f_code):
+                    return None
         return self._forced()
 
     def _forced(self) -> Any:
@@ -395,15 +397,22 @@ class _Tracer(core.Tracer):
         v = self._forced()
         return core.Tracer.__reduce__(self) if v is None else v.__reduce__()
 
+    # what a jax.Array answers and a tracer refuses: the concrete value's answer
     item = _concrete("item")
     tolist = _concrete("tolist")
     tobytes = _concrete("tobytes")
     __dlpack__ = _concrete("__dlpack__")
     __dlpack_device__ = _concrete("__dlpack_device__")
+    addressable_data = _concrete("addressable_data")
+    delete = _concrete("delete")
+    is_deleted = _concrete("is_deleted")
+    on_device_size_in_bytes = _concrete("on_device_size_in_bytes")
+    unsafe_buffer_pointer = _concrete("unsafe_buffer_pointer")
     sharding = _concrete_attribute("sharding")
     device = _concrete_attribute("device")
     committed = _concrete_attribute("committed")
     addressable_shards = _concrete_attribute("addressable_shards")
+    global_shards = _concrete_attribute("global_shards")
     is_fully_addressable = _concrete_attribute("is_fully_addressable")
     is_fully_replicated = _concrete_attribute("is_fully_replicated")
 
@@ -439,6 +448,16 @@ class Block:
             self.run.close()  # an error leaves what it recorded to be evaluated when asked
         else:
             self.run.open = False
+
+
+def _shard_concrete(xs: Sequence[_Tracer], *rest: Any) -> Any:
+    """Puts a value an eager call left on devices (``jax.device_put``, a jitted call's argument)
+    as its concrete array is put."""
+    values = [x.full_lower() for x in xs]
+    return pxla.shard_arg_handlers[type(values[0])](values, *rest)
+
+
+pxla.shard_arg_handlers[_Tracer] = _shard_concrete
 
 
 def call(ev: Any, fn: Callable[..., list[Any]], values: Sequence[Any]) -> list[Any]:

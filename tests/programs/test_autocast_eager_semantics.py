@@ -214,3 +214,30 @@ def test_a_block_inside_a_transformation_is_refused_with_the_wrapping_form(trans
         wrap(f)(arg)
     msg = str(e.value)
     assert "inside a JAX transformation" in msg and "heddle.autocast(fn)" in msg
+
+
+def test_a_leaked_value_is_a_jax_array_to_jax_numpy_pickle_and_device_put():
+    import pickle
+
+    kept = []
+
+    def f(x):
+        kept.append(x[:3] * 2)
+        return x
+
+    heddle.autocast(f)(X)
+    (v,) = kept
+    want = _bits(np.asarray(np.float64(TENTH) * 2, BF16).repeat(3))
+    for got in (
+        jax.device_put(v),
+        jax.device_put(v, jax.devices()[0]),
+        jnp.asarray(v),
+        pickle.loads(pickle.dumps(v)),
+        jax.device_get(v),
+        jax.jit(lambda: v * 1)(),  # a closure constant of a later jit
+        v.addressable_data(0),
+    ):
+        assert _bits(got).tolist() == want.tolist()
+    assert not isinstance(jnp.asarray(v), jax.core.Tracer)
+    assert v.sharding == X.sharding and v.devices() == X.devices()
+    assert v.on_device_size_in_bytes() == 6 and not v.is_deleted()
