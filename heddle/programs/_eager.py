@@ -202,8 +202,11 @@ class EagerTrace(core.Trace):
     def process_primitive(self, primitive: Any, tracers: Any, params: Any, /) -> Any:
         args = self._lower(tracers)
         avals = [core.typeof(a) for a in args]
-        out = primitive.bind_with_trace(self.run.recorder, args, avals, params)
-        return self.run.wrap(out)
+        out = self.run.wrap(primitive.bind_with_trace(self.run.recorder, args, avals, params))
+        recorded = self.run.recorder.frame.tracing_eqns
+        if recorded and getattr(recorded[-1], "effects", None):
+            self.run.flush()  # a callback, a print: it happens now, as in eager JAX
+        return out
 
     def process_call(self, primitive: Any, f: Any, tracers: Any, params: Any, /) -> Any:
         return self.run.wrap(

@@ -241,3 +241,15 @@ def test_a_leaked_value_is_a_jax_array_to_jax_numpy_pickle_and_device_put():
     assert not isinstance(jnp.asarray(v), jax.core.Tracer)
     assert v.sharding == X.sharding and v.devices() == X.devices()
     assert v.on_device_size_in_bytes() == 6 and not v.is_deleted()
+
+
+def test_callbacks_and_debug_prints_happen_where_eager_jax_runs_them(capsys):
+    def f(x):
+        print("before")
+        jax.debug.print("sum={s}", s=jnp.sum(x.astype(jnp.float32)))
+        print("after")
+        return x
+
+    heddle.autocast(f)(X[:4])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "before" and lines[1].startswith("sum=0.4") and lines[2] == "after"
