@@ -255,9 +255,12 @@ def _intern(p: Policy) -> Policy:
     return _INTERNED.setdefault(p, p)
 
 
+_JIT_STATE = _JIT_KEY._obj  # the config object behind the context, read without its property
+
+
 def _sync(p: Policy | None) -> None:
-    if _JIT_KEY.value is not p:
-        _JIT_KEY._obj.set_local(p)
+    if _JIT_STATE.value is not p:
+        _JIT_STATE.set_local(p)
 
 
 try:  # whether JAX is staging a program out (jax.jit, make_jaxpr, eval_shape): its trace is cached
@@ -339,18 +342,33 @@ def use(p: Policy) -> Iterator[Policy]:
             )
         )
     entry = (_intern(p), p)
-    _OPEN.set((*_OPEN.get(), entry))
-    _sync(entry[0])
+    _open(entry)
     try:
         yield p
     finally:
-        rest = tuple(e for e in _OPEN.get() if e is not entry)
-        _OPEN.set(rest)
-        _sync(rest[-1][0] if rest else None)
+        _close(entry)
 
 
-@contextlib.contextmanager
-def default_dtypes(float: Any = None, int: Any = None, complex: Any = None) -> Iterator[Policy]:
+def _open(entry: tuple[Policy, Policy]) -> None:
+    """Opens a block: ``entry`` (interned policy, the policy as given) becomes the innermost."""
+    _OPEN.set((*_OPEN.get(), entry))
+    _sync(entry[0])
+
+
+def _close(entry: tuple[Policy, Policy]) -> None:
+    """Closes the block of ``entry`` (compared by identity), wherever it is among the open ones."""
+    stack = _OPEN.get()
+    if stack and stack[-1] is entry:  # the usual case: the innermost block closes
+        rest = stack[:-1]
+    else:
+        rest = tuple(e for e in stack if e is not entry)
+    _OPEN.set(rest)
+    _sync(rest[-1][0] if rest else None)
+
+
+def default_dtypes(
+    float: Any = None, int: Any = None, complex: Any = None
+) -> contextlib.AbstractContextManager[Policy]:
     """Changes the scalar defaults of the active policy inside the ``with`` block.
 
     Args:
@@ -370,6 +388,82 @@ def default_dtypes(float: Any = None, int: Any = None, complex: Any = None) -> I
       ...     policy.result_type(0.5)
       dtype(bfloat16)
     """
+    return _DefaultDtypes(float, int, complex)
+
+
+class _DefaultDtypes(contextlib.ContextDecorator):
+    """The block ``default_dtypes`` opens: a class, not a ``contextlib.contextmanager`` generator,
+    so that entering and leaving it costs two method calls and one dict lookup (``_block_policy``).
+
+    Each ``with`` reads the active policy as it opens. Once closed it may be entered again; as a
+    decorator it opens a block of its own for each call.
+    """
+
+    __slots__ = ("_args", "_entry")
+
+    def __init__(self, float: Any, int: Any, complex: Any) -> None:
+        self._args = (float, int, complex)
+        self._entry: tuple[Policy, Policy] | None = None
+
+    def _recreate_cm(self) -> _DefaultDtypes:
+        return _DefaultDtypes(*self._args)
+
+    def __enter__(self) -> Policy:
+        if self._entry is not None:
+            raise RuntimeError(
+                message(
+                    "entering a default_dtypes(...) block that is already open",
+                    "each open block is its own entry in the stack of policies",
+                    "Call heddle.policy.default_dtypes(...) again for a nested block.",
+                )
+            )
+        p = _block_policy(*self._args)
+        self._entry = entry = (p, p)  # p is interned: the instance caches and the jit key hold
+        _OPEN.set((*_OPEN.get(), entry))  # _open, inlined
+        _sync(p)
+        return p
+
+    def __exit__(self, *exc: object) -> None:
+        entry, self._entry = self._entry, None
+        if entry is not None:
+            _close(entry)
+
+
+def _block_policy(float: Any, int: Any, complex: Any) -> Policy:
+    """The interned policy of a ``default_dtypes(float, int, complex)`` block opened now.
+
+    A block seen before under the same active policy is one dict lookup (``_BLOCKS``): no dtype
+    parsing, no ``dataclasses.replace``, and the same interned instance, so every op kernel and jit
+    trace made under it is reused.
+    """
+    base = active()
+    key = (id(base), type(float), float, type(int), int, type(complex), complex)
+    try:
+        hit = _BLOCKS.get(key)
+        hashable = True
+    except TypeError:  # an unhashable argument (an array, for its dtype): resolved every time
+        hit, hashable = None, False
+    if hit is not None and hit[0] is base:
+        return hit[1]
+    p = _with_defaults(current(), _changes(float, int, complex))
+    if hashable:
+        if len(_BLOCKS) >= _BLOCKS_LIMIT:
+            _BLOCKS.clear()
+        _BLOCKS[key] = (base, p)
+    return p
+
+
+# The policy of each default_dtypes block seen before, by (id of the interned active policy, each
+# argument's type and value); a hit holds that active policy too, compared by identity. Only
+# arguments that resolved and passed their checks are stored; the type in the key keeps equal values
+# of other types (``1 == 1.0 == True``) apart. The active policy is interned (``_intern(current())``
+# is ``active()``), and ``_with_defaults`` depends on its value only.
+_BLOCKS: dict[tuple, tuple[Policy, Policy]] = {}  # key -> (the active policy, the block's)
+_BLOCKS_LIMIT = 256
+
+
+def _changes(float: Any, int: Any, complex: Any) -> tuple[tuple[str, np.dtype], ...]:
+    """``default_dtypes``' arguments as the ``Policy`` fields they set, checked: (field, dtype)."""
     changes = {}
     for field, value, kinds in (
         ("default_float", float, "f"),
@@ -388,8 +482,7 @@ def default_dtypes(float: Any = None, int: Any = None, complex: Any = None) -> I
                 )
             )
         changes[field] = d
-    with use(_with_defaults(current(), tuple(changes.items()))) as p:
-        yield p
+    return tuple(changes.items())
 
 
 @functools.lru_cache(maxsize=256)
