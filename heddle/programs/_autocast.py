@@ -345,10 +345,10 @@ def _call(fn: Callable[..., Any], p: Policy, args: tuple, kwargs: dict[str, Any]
         out_tree.append((tree, static, len(outs)))
         return [o for i, o in enumerate(outs) if i not in static]
 
-    values = [leaves[i] for i in dynamic]
-    eager = not any(isinstance(v, jax.core.Tracer) for v in values)
+    values = [_eager.settled(leaves[i]) for i in dynamic]
+    eager = _eager.is_eager(values)
     ev = Evaluator(p, eager=eager)
-    if eager and isinstance(_jcore.trace_ctx.trace, _jcore.EvalTrace):
+    if eager:
         computed = iter(_eager.call(ev, flat, values))
         tree, static, n = out_tree[-1]
         return jax.tree.unflatten(

@@ -38,7 +38,13 @@ from jax._src.interpreters import partial_eval as pe
 from jax._src.interpreters import pxla
 from jax.extend import core as jcore
 
+from heddle.policy._errors import message
 from heddle.programs._higher import _conform
+
+# When a run evaluates what it has recorded without being asked (``Run.bound``): (equations,
+# bytes of constants) past which it does so where a library call ends, and at once.
+SOFT = (512, 16 * 2**20)
+HARD = (4096, 64 * 2**20)
 
 
 class _Batch:
@@ -64,6 +70,7 @@ class Run:
         self.released: list[Any] = []  # no tracer holds them; freed after the next batch
         self.open = True
         self._flushing = False
+        self.failed: BaseException | None = None  # what a batch raised: its values are gone
 
     # -- tracers ---------------------------------------------------------------------------------
 
@@ -136,7 +143,11 @@ class Run:
                 e.in_tracers = []  # a live result no longer holds what it was computed from
             del taken
             with core.set_current_trace(self.parent):
-                self.ev.run(self.frame, _Batch(eqns, list(self.live)))
+                try:
+                    self.ev.run(self.frame, _Batch(eqns, list(self.live)))
+                except BaseException as e:
+                    self.failed = e
+                    raise
         finally:
             self._flushing = False
             released, self.released = self.released, []
@@ -146,36 +157,76 @@ class Run:
 
     def _constants(self, eqns: Sequence[Any]) -> None:
         """Writes the recorder's constants that ``eqns`` read into the frame."""
-        consts = self.recorder.frame.constvar_to_val
-        frame = self.frame
         for e in eqns:
             for a in e.invars:
-                if isinstance(a, jcore.Var) and not frame.has_value(a) and a in consts:
-                    c = consts[a]
-                    if isinstance(c, _Tracer) and c._trace is self.trace:
-                        # a tracer of this call that a staged body closed over: the same variable
-                        frame.inherit(a, frame, c.inner.val)
-                    else:
-                        frame.write(a, c)
+                if isinstance(a, jcore.Var):
+                    self._constant(a)
+
+    def _constant(self, a: Any) -> None:
+        """Writes ``a`` into the frame if it is a constant of the recorder the frame lacks."""
+        frame = self.frame
+        consts = self.recorder.frame.constvar_to_val
+        if frame.has_value(a) or a not in consts:
+            return
+        c = consts[a]
+        if isinstance(c, _Tracer) and c._trace is self.trace:
+            # a tracer of this call that a staged body closed over: the same variable
+            frame.inherit(a, frame, c.inner.val)
+        else:
+            frame.write(a, c)
+
+    def _read(self, atom: Any) -> Any:
+        """An atom's value after every recorded equation is evaluated (a constant the call made,
+        ``jnp.array([1, 2])``, is its own value)."""
+        if isinstance(atom, jcore.Literal):
+            return atom.val
+        self.flush()
+        self._constant(atom)
+        if not self.frame.has_value(atom) and self.failed is not None:
+            raise RuntimeError(
+                message(
+                    f"a {atom.aval.str_short()} value of an eager heddle.autocast call or block",
+                    f"it was to be computed by operations that raised {self.failed!r}",
+                    "Fix the error that operation raised (it is chained below); the values "
+                    "computed before it are kept",
+                )
+            ) from self.failed
+        with core.set_current_trace(self.parent):  # a lazy rounding is computed on read
+            return self.frame.read(atom)
 
     def value(self, t: _Tracer) -> Any:
         """The tracer's value, computed: a concrete array, or a tracer of the trace around the
         run (a block nested in another)."""
-        atom = t.inner.val
-        if isinstance(atom, jcore.Literal):
-            return atom.val
-        self.flush()
-        with core.set_current_trace(self.parent):  # a lazy rounding is computed on read
-            return self.frame.read(atom)
+        return self._read(t.inner.val)
 
     def result(self, x: Any) -> Any:
         """An output leaf of the call: a tracer of this run as its value, with its own aval."""
         if not isinstance(x, _Tracer) or x._trace is not self.trace:
             return x
         atom = x.inner.val
+        return _conform(self._read(atom), atom.aval)
+
+    def bound(self) -> None:
+        """Evaluates what is recorded once it is large (a loop that never asks for a value, each
+        step's batch a new constant): past ``SOFT`` equations or constant bytes, where a library
+        call ends (the equation about to be recorded comes from another call than the last one
+        recorded, so no call is cut in two); past ``HARD``, at once (a loop of one statement is
+        one call to the end)."""
+        frame = self.recorder.frame
+        recorded = frame.tracing_eqns
+        if not recorded or callable(last := recorded[-1]):
+            return
+        n = len(recorded)
+        held = sum(getattr(c, "nbytes", 0) for c in frame.constvar_to_val.values())
+        soft, hard = SOFT, HARD
+        if n <= soft[0] and held <= soft[1]:
+            return
+        if n <= hard[0] and held <= hard[1]:
+            sites = self.ev.sites
+            now = source_info_util.current().traceback
+            if sites.site(now).key == sites.site(last.source_info.traceback).key:
+                return
         self.flush()
-        with core.set_current_trace(self.parent):
-            return _conform(self.frame.read(atom), atom.aval)
 
     def close(self) -> None:
         """Ends the call: what is recorded is evaluated; the tracers still held keep their
@@ -200,6 +251,7 @@ class EagerTrace(core.Trace):
         return [self.run.lower(x) for x in xs]
 
     def process_primitive(self, primitive: Any, tracers: Any, params: Any, /) -> Any:
+        self.run.bound()
         args = self._lower(tracers)
         avals = [core.typeof(a) for a in args]
         out = self.run.wrap(primitive.bind_with_trace(self.run.recorder, args, avals, params))
@@ -446,11 +498,25 @@ class Block:
         self._scope.__enter__()
 
     def __exit__(self, *exc: Any) -> None:
+        interleaved = core.trace_ctx.trace is not self.run.trace
         self._scope.__exit__(*exc)
         if exc[0] is None:
             self.run.close()  # an error leaves what it recorded to be evaluated when asked
         else:
             self.run.open = False
+        while isinstance(t := core.trace_ctx.trace, EagerTrace) and not t.run.open:
+            core.trace_ctx.set_trace(t.run.parent)  # not back into a block that has ended
+        if interleaved and exc[0] is None:
+            raise RuntimeError(
+                message(
+                    "with heddle.autocast(): ... (ending)",
+                    "another block began inside this one and had not ended: an await or a "
+                    "yield inside the block let other code run under it (a block belongs to "
+                    "the code that runs it, as JAX's own trace contexts do)",
+                    "Keep await and yield out of the block, or wrap the function instead: "
+                    "heddle.autocast(fn)(*args)",
+                )
+            )
 
 
 def _shard_concrete(xs: Sequence[_Tracer], *rest: Any) -> Any:
@@ -461,6 +527,23 @@ def _shard_concrete(xs: Sequence[_Tracer], *rest: Any) -> Any:
 
 
 pxla.shard_arg_handlers[_Tracer] = _shard_concrete
+
+
+def settled(x: Any) -> Any:
+    """``x``, or the concrete array it holds where it is a value an eager call or block has
+    left (its run has ended)."""
+    if isinstance(x, _Tracer) and not x._trace.run.open:
+        return x.full_lower()
+    return x
+
+
+def is_eager(values: Sequence[Any]) -> bool:
+    """Whether a call on ``values`` runs eagerly (``call``): outside any JAX transformation, or
+    inside an eager call or block, with no traced value among them but that call's own."""
+    trace = core.trace_ctx.trace
+    if not isinstance(trace, core.EvalTrace | EagerTrace):
+        return False
+    return all(not isinstance(v, core.Tracer) or isinstance(v, _Tracer) for v in values)
 
 
 def call(ev: Any, fn: Callable[..., list[Any]], values: Sequence[Any]) -> list[Any]:

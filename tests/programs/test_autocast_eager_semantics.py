@@ -253,3 +253,79 @@ def test_callbacks_and_debug_prints_happen_where_eager_jax_runs_them(capsys):
     heddle.autocast(f)(X[:4])
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == "before" and lines[1].startswith("sum=0.4") and lines[2] == "after"
+
+
+# ---- what a review found --------------------------------------------------------------------
+
+
+def test_a_constant_made_in_the_call_is_its_own_value():
+    ones = jnp.ones(4)
+    assert heddle.autocast(lambda x: jnp.array([1, 2, 3]))(ones).tolist() == [1, 2, 3]
+    got = heddle.autocast(lambda x: jnp.repeat(x, jnp.array([1, 2, 0, 1])))(ones)
+    assert got.tolist() == [1.0, 1.0, 1.0, 1.0]
+    with heddle.autocast():
+        made = jnp.array([True, False])
+        shown = str(jnp.array([1, 2, 3]))
+    assert made.tolist() == [True, False] and shown == "[1 2 3]"
+
+
+def test_nested_calls_blocks_and_values_from_a_block_keep_eager_semantics():
+    @heddle.autocast
+    def f(x):
+        s = x.cumsum()[-1]
+        return s if s > 0 else -s
+
+    with heddle.autocast():
+        in_block = f(X)
+        y = X + 0
+    nested = heddle.autocast(lambda x: f(x) * 2)(X)
+    assert float(in_block) == float(f(y)) == EXACT_SUM and float(nested) == 2 * EXACT_SUM
+    assert heddle.autocast(lambda v: v[v > 0].shape)(y) == (N,)
+    assert heddle.autocast(lambda v: float(v.sum()), precision="mixed_bfloat16")(y) == EXACT_SUM
+
+
+def test_a_loop_that_never_asks_for_a_value_does_not_hold_every_step():
+    import weakref
+
+    step = jax.jit(lambda w, b: w - 0.01 * b.mean(0))
+    w, alive = jnp.zeros(1024), []
+    with heddle.autocast():
+        for _ in range(40):
+            b = np.ones((1024, 1024), np.float32)  # 4 MiB a step, never read back
+            alive.append(weakref.ref(b))
+            w = step(w, jnp.asarray(b))
+            del b
+        held = sum(r() is not None for r in alive)
+    assert held <= 20, held  # 64 MiB of constants at most, then evaluated (40 would be all)
+    assert np.allclose(np.asarray(w), -0.4, rtol=1e-5)
+
+
+def test_values_an_error_left_uncomputed_say_so():
+    def boom(a):
+        raise ValueError("boom")
+
+    with pytest.raises(Exception, match="boom"):
+        with heddle.autocast():
+            _ = jax.pure_callback(boom, jax.ShapeDtypeStruct((4,), jnp.float32), jnp.ones(4))
+            z = jnp.ones(4) * 2
+    with pytest.raises(RuntimeError, match="computed by operations that raised") as e:
+        np.asarray(z)
+    assert "boom" in repr(e.value.__cause__)
+
+
+def test_blocks_interleaved_by_await_raise_and_leave_jax_as_it_was():
+    import asyncio
+
+    async def block(i):
+        with heddle.autocast():
+            v = X.cumsum()[-1]
+            await asyncio.sleep(0.01)
+        return float(v)
+
+    async def both():
+        return await asyncio.gather(block(0), block(1), return_exceptions=True)
+
+    outcomes = asyncio.run(both())
+    assert any(isinstance(o, RuntimeError) and "await or a yield" in str(o) for o in outcomes)
+    assert float(X.cumsum()[-1]) == 1008.0  # plain JAX again
+    assert type(jax._src.core.trace_ctx.trace).__name__ == "EvalTrace"
