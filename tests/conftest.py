@@ -11,6 +11,26 @@ import sys
 import jax
 import pytest
 
+_SLOW_CASES = pathlib.Path(__file__).with_name("slow_cases.txt")
+
+
+def _listed_slow_cases() -> frozenset[str]:
+    """The node ids of tests/slow_cases.txt (made by tests/_slow_cases.py)."""
+    if not _SLOW_CASES.exists():
+        return frozenset()
+    lines = _SLOW_CASES.read_text().splitlines()
+    return frozenset(line.split(None, 1)[1] for line in lines if line and line[0] != "#")
+
+
+@pytest.hookimpl(tryfirst=True)  # before ``-m`` selects by marker
+def pytest_collection_modifyitems(config, items):
+    """Marks the cases tests/slow_cases.txt lists ``slow``: the longer cases of a test function,
+    whose cheapest case stays in the default run."""
+    listed = _listed_slow_cases()
+    for item in items:
+        if item.nodeid in listed:
+            item.add_marker(pytest.mark.slow)
+
 
 @pytest.fixture(autouse=True)
 def _strict_jax_promotion():

@@ -12,7 +12,6 @@ by primitive as before, and a program without such calls is rewritten as before.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 
 import jax
@@ -195,20 +194,6 @@ def test_the_first_look_at_each_call_is_what_it_traces_to(dtype):
 
 
 # --- where nothing is recognised, nothing changes ----------------------------------------------------
-
-
-@pytest.fixture
-def without_known_calls(monkeypatch):
-    """A context in which ``autocast`` recognises no call: every equation under its rule."""
-    from heddle.programs import _known
-
-    @contextlib.contextmanager
-    def context():
-        with monkeypatch.context() as m:
-            m.setattr(_known, "calls", lambda *a, **k: None)
-            yield
-
-    return context
 
 
 _X = np.linspace(-6, 6, 4097).astype(BF16)

@@ -11,8 +11,6 @@ rounded to the input's dtype by heddle as by JAX), and evaluated as heddle's fun
 
 from __future__ import annotations
 
-import contextlib
-
 import jax
 import jax.numpy as jnp
 import ml_dtypes
@@ -190,20 +188,6 @@ def test_the_same_statement_in_a_loop_keeps_its_float32_value():
 
 
 # --- what is not read back is evaluated as before -----------------------------------------------
-
-
-@pytest.fixture
-def without_known_calls(monkeypatch):
-    """A context in which ``autocast`` recognises no call: every equation under its rule."""
-    from heddle.programs import _known
-
-    @contextlib.contextmanager
-    def context():
-        with monkeypatch.context() as m:
-            m.setattr(_known, "calls", lambda *a, **k: None)
-            yield
-
-    return context
 
 
 _X = np.linspace(-6, 6, 4097).astype(BF16)

@@ -1,0 +1,67 @@
+"""Writes ``tests/slow_cases.txt``: the test cases that run only under ``pytest -m slow``.
+
+The default run keeps every test case that took at most ``--seconds`` (1.0 by default) in a timed
+run of it, and, of each test function whose cases all took longer, its cheapest case: every check
+runs in the default run at least once, and its longer cases in the slow run. ``tests/conftest.py``
+marks the listed cases ``slow`` at collection.
+
+Usage (a timed run of the default suite, then this script)::
+
+    python -m pytest --junitxml=/tmp/suite.xml
+    python tests/_slow_cases.py /tmp/suite.xml [--seconds 1.0]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import pathlib
+import re
+import xml.etree.ElementTree as ET
+
+LIST = pathlib.Path(__file__).with_name("slow_cases.txt")
+HEADER = """\
+# Test cases the default run leaves to `pytest -m slow` (tests/conftest.py marks them), with the
+# seconds each took in the timed run this list was made from. Made by tests/_slow_cases.py:
+# every case over {seconds} s, except the cheapest case of each test function, which stays.
+"""
+
+
+def timings(junit: pathlib.Path) -> dict[str, float]:
+    """Node id -> seconds, of every case a JUnit XML report ran (skipped ones left out)."""
+    out = {}
+    for case in ET.parse(junit).iter("testcase"):
+        if case.find("skipped") is not None:
+            continue
+        path = case.get("classname", "").replace(".", "/") + ".py"
+        out[f"{path}::{case.get('name')}"] = float(case.get("time", 0))
+    return out
+
+
+def slow_cases(times: dict[str, float], seconds: float) -> dict[str, float]:
+    """The cases over ``seconds``, less the cheapest case of each test function."""
+    families: dict[str, list[str]] = collections.defaultdict(list)
+    for node in times:
+        families[re.sub(r"\[.*\]$", "", node)].append(node)
+    out = {}
+    for cases in families.values():
+        cheapest = min(cases, key=times.__getitem__)
+        out.update({c: times[c] for c in cases if c != cheapest and times[c] > seconds})
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("junit", type=pathlib.Path)
+    parser.add_argument("--seconds", type=float, default=1.0)
+    parser.add_argument("--about", default="", help="a line on the timed run (machine, load)")
+    args = parser.parse_args()
+    cases = slow_cases(timings(args.junit), args.seconds)
+    lines = [f"{t:7.2f}  {node}" for node, t in sorted(cases.items())]
+    about = f"# The timed run: {args.about}\n" if args.about else ""
+    LIST.write_text(HEADER.format(seconds=args.seconds) + about + "\n".join(lines) + "\n")
+    print(f"{len(cases)} cases, {sum(cases.values()) / 60:.1f} min of the timed run -> {LIST}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,51 @@
+"""tests/slow_cases.txt and its generator: the default run keeps a case of every test function."""
+
+from __future__ import annotations
+
+import importlib.util
+import pathlib
+import re
+
+TESTS = pathlib.Path(__file__).parent
+_spec = importlib.util.spec_from_file_location("_slow_cases", TESTS / "_slow_cases.py")
+assert _spec is not None and _spec.loader is not None
+slow = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(slow)
+
+
+def test_the_cheapest_case_of_each_function_stays_and_longer_ones_move():
+    times = {
+        "tests/a.py::test_f[x]": 5.0,
+        "tests/a.py::test_f[y]": 3.0,
+        "tests/a.py::test_f[z]": 0.5,
+        "tests/a.py::test_g[x]": 4.0,
+        "tests/a.py::test_g[y]": 2.0,
+        "tests/a.py::test_h": 9.0,
+    }
+    assert slow.slow_cases(times, 1.0) == {
+        "tests/a.py::test_f[x]": 5.0,
+        "tests/a.py::test_f[y]": 3.0,
+        "tests/a.py::test_g[x]": 4.0,  # test_g[y], its cheapest, stays; test_h is its only case
+    }
+    assert slow.slow_cases(times, 3.5) == {
+        "tests/a.py::test_f[x]": 5.0,
+        "tests/a.py::test_g[x]": 4.0,
+    }
+
+
+def test_every_listed_case_names_a_test_function_of_its_file():
+    listed = [
+        line.split(None, 1)[1]
+        for line in slow.LIST.read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    assert listed, "tests/slow_cases.txt lists no case"
+    sources: dict[str, str] = {}
+    for node in listed:
+        path, name = node.split("::", 1)
+        file = TESTS.parent / path
+        assert file.exists(), node
+        text = sources.setdefault(path, file.read_text())
+        function = re.sub(r"\[.*\]$", "", name.split("::")[-1])
+        assert re.search(rf"^\s*def {re.escape(function)}\(", text, flags=re.M), node
+        assert "[" in name, f"{node}: only parametrized cases are listed"
