@@ -103,6 +103,8 @@ KNOWN_CALLS: tuple[Known, ...] = (
         "scipy.special.gammaln scipy.special.loggamma scipy.special.digamma "
         "scipy.special.gamma lax.lgamma lax.digamma"
     ),
+    # counts and divisors built in the input dtype: N - 1 of cov (and corrcoef), logmeanexp's N
+    *_each("numpy.cov numpy.corrcoef nn.logmeanexp"),
     # two outputs: a narrow one computed in float32 as a whole (sici's series, frexp's subnormals)
     *_each("scipy.special.sici numpy.frexp"),
     # log(2 pi) (and heddle's logpdf), the logistic's constants

@@ -172,7 +172,9 @@ def test_the_class_is_the_known_calls():
     from heddle.programs import _known
 
     listed = {k.name for k in _known.KNOWN_CALLS}
-    assert listed == set(NAMES) - {"nn.gelu_exact"}
+    # reductions, swept in tests/programs/test_autocast_long_sweep.py
+    reducing = {"numpy.cov", "numpy.corrcoef", "nn.logmeanexp"}
+    assert listed - reducing == set(NAMES) - {"nn.gelu_exact"}
     gelu = next(k for k in _known.KNOWN_CALLS if k.name == "nn.gelu")
     assert {dict(v)["approximate"] for v in gelu.variants} == {True, False}
     for k in _known.KNOWN_CALLS:  # every name is JAX's and heddle's
