@@ -27,12 +27,10 @@ run it at all.
 
 from __future__ import annotations
 
-import operator
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import numpy as np
 from jax._src import core, source_info_util
 from jax._src.interpreters import partial_eval as pe
 from jax._src.interpreters import pxla
@@ -395,26 +393,6 @@ class _Tracer(core.Tracer):
         v = self._trace.run.value(self)
         return core.to_concrete_value(v) if isinstance(v, core.Tracer) else v
 
-    def __bool__(self) -> bool:
-        v = self._forced()
-        return core.Tracer.__bool__(self) if v is None else bool(v)
-
-    def __int__(self) -> int:
-        v = self._forced()
-        return core.Tracer.__int__(self) if v is None else int(v)
-
-    def __index__(self) -> int:
-        v = self._forced()
-        return core.Tracer.__index__(self) if v is None else operator.index(v)
-
-    def __hex__(self) -> str:
-        v = self._forced()
-        return core.Tracer.__hex__(self) if v is None else hex(v)
-
-    def __oct__(self) -> str:
-        v = self._forced()
-        return core.Tracer.__oct__(self) if v is None else oct(v)
-
     def full_lower(self) -> Any:
         v = self._trace.run.value(self)
         return v.full_lower() if isinstance(v, _Tracer) else v
@@ -434,25 +412,15 @@ class _Tracer(core.Tracer):
         v = self._forced()
         return format(v, spec) if v is not None else format(self._short_repr(), spec)
 
-    def __array__(self, *args: Any, **kwargs: Any) -> np.ndarray:
-        v = self._forced()
-        if v is None:
-            return core.Tracer.__array__(self, *args, **kwargs)  # type: ignore[no-any-return]
-        return np.asarray(v).__array__(*args, **kwargs)
-
-    def __float__(self) -> float:
-        v = self._forced()
-        return core.Tracer.__float__(self) if v is None else float(v)
-
-    def __complex__(self) -> complex:
-        v = self._forced()
-        return core.Tracer.__complex__(self) if v is None else complex(v)
-
-    def __reduce__(self) -> Any:
-        v = self._forced()
-        return core.Tracer.__reduce__(self) if v is None else v.__reduce__()
-
-    # what a jax.Array answers and a tracer refuses: the concrete value's answer
+    # what a jax.Array answers and a tracer refuses (or answers only when concrete through
+    # ``core.is_concrete``, which JAX's fast paths also ask): the concrete value's answer
+    __bool__ = _concrete("__bool__")
+    __int__ = _concrete("__int__")
+    __index__ = _concrete("__index__")
+    __float__ = _concrete("__float__")
+    __complex__ = _concrete("__complex__")
+    __array__ = _concrete("__array__")
+    __reduce__ = _concrete("__reduce__")
     item = _concrete("item")
     tolist = _concrete("tolist")
     tobytes = _concrete("tobytes")
