@@ -64,6 +64,9 @@ class CotangentRules:
 
     findings: list[RawFinding]
     _cotangent_groups: dict[tuple[Any, ...], _Group]
+    # the user's line each cotangent was computed at, for one that autocast's own conversion
+    # stores (the cotangent of an argument, rounded to its dtype where the backward pass ends)
+    _cotangent_sources: dict[Any, Frame]
 
     def _site(self, eqn: Any) -> Site:
         raise NotImplementedError
@@ -87,6 +90,9 @@ class CotangentRules:
             constants.update(eqn.outvars)  # a constant jax.checkpoint recomputes: not a cotangent
             return False
         cotangents.update(v for v in eqn.outvars if _inexact(v))
+        source = self._cotangent_source(eqn)
+        if source is not None:
+            self._cotangent_sources.update((v, source) for v in eqn.outvars)
         if not has_body:  # a called body's own equations are recorded where they are
             self._record_cotangents(eqn, ctx)
         return True
@@ -99,9 +105,7 @@ class CotangentRules:
                 narrow.append((v, d))
         if not narrow:
             return
-        source = self._site(eqn).source
-        if source is None or source.file.startswith(_HEDDLE_DIR):  # autocast's writes of arguments
-            source = ctx.source
+        source = self._cotangent_source(eqn) or ctx.source
         floats = (policy_dtype(x.aval) for x in eqn.invars)
         ins = [short(d) for d in floats if d is not None and D.is_float(d)]
         for v, d in narrow:
@@ -118,6 +122,21 @@ class CotangentRules:
             # group has nothing else
             _add(group.copies if eqn.primitive.name in SHAPE_OPS else group.shapes, shape_of(v))
             group.paths.append(ctx.path)
+
+    def _cotangent_source(self, eqn: Any) -> Frame | None:
+        """The user's line of a backward equation: its own, or for one of autocast's conversions
+        (in heddle's files), the line its cotangent operand was computed at."""
+        source = self._site(eqn).source
+        if source is not None and not source.file.startswith(_HEDDLE_DIR):
+            return source
+        return next(
+            (
+                self._cotangent_sources[x]
+                for x in eqn.invars
+                if isinstance(x, jcore.Var) and x in self._cotangent_sources
+            ),
+            None,
+        )
 
     def _finish_cotangents(self) -> None:
         """Puts each group's finding where its first equation was."""
@@ -137,6 +156,7 @@ class CotangentRules:
                 expected=grad_dtype(group.out).name,
             )
         self._cotangent_groups = {}
+        self._cotangent_sources = {}
 
 
 def body_cotangents(

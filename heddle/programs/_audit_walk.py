@@ -69,6 +69,7 @@ class Walker(ConversionRules, CotangentRules):
         self._promotions_seen: set[int] = set()
         self._unclassified: set[str] = set()
         self._cotangent_groups = {}
+        self._cotangent_sources = {}
 
     # -- traversal -----------------------------------------------------------------------------
 

@@ -458,7 +458,10 @@ def _contraction(ev: Evaluator, frame: Frame, eqn: Any, seg: int) -> None:
     common = _common(ev, dl, dr)
     acc_in, acc_out = ev.acc(common), ev.acc(out)
     acc = acc_in if acc_in == acc_out else _common(ev, acc_in, acc_out)
-    operand = contraction_operand_dtype(common, acc, ev.widen and _needs_wide_operands(frame, eqn))
+    # an operand with a float32 shadow of this library call (``multi_dot``'s intermediate
+    # product) enters at that value: the call's intermediates stay float32, as in heddle's own
+    wide = ev.shadowed(frame, eqn, seg) or (ev.widen and _needs_wide_operands(frame, eqn))
+    operand = contraction_operand_dtype(common, acc, wide)
 
     def feed(a: Any, d: np.dtype) -> Any:
         if operand == acc and is_narrow(d):
