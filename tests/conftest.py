@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -70,3 +71,33 @@ def run_on_8_devices(script: pathlib.Path, *args: str, timeout: int = 900) -> di
 def on_8_devices():
     """``run_on_8_devices``, for tests: ``on_8_devices(path_of_script, *args)``."""
     return run_on_8_devices
+
+
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+
+
+def printed_as_shown(printed: str, shown: str, tolerance: float) -> bool:
+    """Whether a docs block printed what its page shows: the same text, each number within
+    ``tolerance`` of the page's (a measured accuracy may differ by a test sample on another CPU)."""
+    a, b = printed.rstrip("\n").splitlines(), shown.rstrip("\n").splitlines()
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b, strict=True):
+        if _NUMBER.sub("#", x) != _NUMBER.sub("#", y):
+            return False
+        pairs = zip(_NUMBER.findall(x), _NUMBER.findall(y), strict=True)
+        if any(abs(float(p) - float(q)) > tolerance for p, q in pairs):
+            return False
+    return True
+
+
+@pytest.fixture
+def prints_as_shown():
+    """``check(printed, shown, tolerance)``: asserts ``printed_as_shown``, showing both."""
+
+    def check(printed: str, shown: str, tolerance: float = 0.5) -> None:
+        assert printed_as_shown(printed, shown, tolerance), (
+            f"printed\n{printed}\nwhere the page shows\n{shown}"
+        )
+
+    return check

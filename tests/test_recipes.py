@@ -7,7 +7,9 @@ once per module and are shared by the tests below.
 
 from __future__ import annotations
 
+import contextlib
 import doctest
+import io
 import pathlib
 import re
 
@@ -28,29 +30,48 @@ def blocks() -> dict[str, str]:
     return dict(found)
 
 
+def shown() -> dict[str, str]:
+    """What the page shows each recipe block printing (the ```text block after "prints"; "" for
+    a block shown printing nothing)."""
+    text = DOC.read_text()
+    pattern = r"<!-- recipe: (\w+) -->\n```python\n.*?```\n(?:\nprints\n\n```text\n(.*?)```)?"
+    return dict(re.findall(pattern, text, re.S))
+
+
+def _run(code: str, ns: dict, name: str, printed: dict[str, str]) -> None:
+    """Executes one block in ``ns``; what it prints goes to ``printed[name]``."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(code, f"{DOC}:{name}", "exec"), ns)
+    printed[name] = out.getvalue()
+
+
 @pytest.fixture(scope="module")
 def runs():
     """Executes every recipe block once (in the strict promotion mode of the conftest)."""
     code = blocks()
-    out = {}
+    out: dict = {}
+    printed: dict[str, str] = {}
+    out["printed"] = printed
     with jax.numpy_dtype_promotion("strict"):
         base: dict = {}
-        exec(compile(code["setup"], f"{DOC}:setup", "exec"), base)
+        _run(code["setup"], base, "setup", printed)
         ns = dict(base)
-        exec(compile(code["masters"], f"{DOC}:masters", "exec"), ns)
+        _run(code["masters"], ns, "masters", printed)
         out["mixed_bfloat16"] = (ns["params"], ns["opt_state"], ns["acc"])
-        out["float32"] = ns["train"]("float32")
-        out["bfloat16"] = ns["train"]("bfloat16")
+        _run(code["baselines"], ns, "baselines", printed)
+        out["float32"] = ns["baselines"]["float32"]
+        out["bfloat16"] = ns["baselines"]["bfloat16"]
         out["masters_ns"] = ns
         ns = dict(ns)  # the page reads in order: recipe 2 reuses recipe 1's loss_fn
-        exec(compile(code["scaled"], f"{DOC}:scaled", "exec"), ns)
+        _run(code["scaled"], ns, "scaled", printed)
         out["mixed_float16"] = (ns["params"], ns["opt_state"], ns["acc"])
         out["scaled_ns"] = ns
         ns = dict(ns)  # recipe 2 without the loss scale
-        exec(compile(code["unscaled"], f"{DOC}:unscaled", "exec"), ns)
+        _run(code["unscaled"], ns, "unscaled", printed)
         out["unscaled_float16"] = ns["acc_unscaled"]
         ns = dict(base)
-        exec(compile(code["equinox"], f"{DOC}:equinox", "exec"), ns)
+        _run(code["equinox"], ns, "equinox", printed)
         out["equinox"] = (ns["model"], ns["opt_state"], ns["acc"])
         out["equinox_ns"] = ns
     return out
@@ -76,7 +97,17 @@ def test_precision_examples_print_what_the_page_says():
 
 
 def test_every_recipe_is_present():
-    assert set(blocks()) == {"setup", "masters", "scaled", "unscaled", "equinox"}
+    assert set(blocks()) == {"setup", "masters", "baselines", "scaled", "unscaled", "equinox"}
+    assert set(shown()) == set(blocks())
+
+
+def test_every_recipe_prints_what_the_page_shows(runs, prints_as_shown):
+    """Each block's accuracy as the page shows it (within 0.5 points: a sample of 899 is 0.11)."""
+    for name, text in shown().items():
+        if not text:
+            assert runs["printed"][name] == "", name
+        else:
+            prints_as_shown(runs["printed"][name], text)
 
 
 @pytest.mark.slow

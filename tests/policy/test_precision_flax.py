@@ -7,6 +7,8 @@ digits, float32 and mixed_bfloat16) run once per module. Skipped when flax is no
 
 from __future__ import annotations
 
+import contextlib
+import io
 import pathlib
 import re
 from fractions import Fraction
@@ -36,15 +38,27 @@ def block(marker: str) -> str:
     return found[0]
 
 
+def shown(marker: str) -> str:
+    """What the page shows the block under ``marker`` printing."""
+    text = DOC.read_text()
+    pattern = rf"<!-- {marker} -->\n```python\n.*?```\n\nprints\n\n```text\n(.*?)```"
+    found = re.findall(pattern, text, re.S)
+    assert len(found) == 1, marker
+    return found[0]
+
+
 @pytest.fixture(scope="module")
 def runs():
     """Executes the setup and the flax recipe once, and trains the float32 baseline."""
     with jax.numpy_dtype_promotion("strict"):
         ns: dict = {}
         exec(compile(block("recipe: setup"), f"{DOC}:setup", "exec"), ns)
-        exec(compile(block("optional-recipe: flax"), f"{DOC}:flax", "exec"), ns)
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            exec(compile(block("optional-recipe: flax"), f"{DOC}:flax", "exec"), ns)
         return {
             "ns": ns,
+            "printed": out.getvalue(),
             "mixed_bfloat16": (ns["params"], ns["opt_state"], ns["acc"]),
             "float32": ns["train_flax"]("float32"),
         }
@@ -74,6 +88,10 @@ def test_bfloat16_compute_with_float32_masters_matches_float32(runs):
     assert dtypes(params) == {F32}  # every kernel and bias: the float32 masters
     assert float_dtypes(opt_state) == {F32}  # the momentum
     assert abs(acc - runs["float32"][2]) <= 0.5
+
+
+def test_the_recipe_prints_what_the_page_shows(runs, prints_as_shown):
+    prints_as_shown(runs["printed"], shown("optional-recipe: flax"))
 
 
 def test_documented_numbers_are_the_measured_ones(runs):

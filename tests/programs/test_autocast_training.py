@@ -5,6 +5,8 @@ layers called as they are, trained under ``heddle.autocast`` on scikit-learn's d
 
 from __future__ import annotations
 
+import contextlib
+import io
 import pathlib
 import re
 
@@ -15,29 +17,43 @@ import pytest
 DOC = pathlib.Path(__file__).resolve().parents[2] / "docs" / "mixed-precision.md"
 
 
-def _namespace(steps_call: str | None = None) -> dict:
+_RECIPE = r"<!-- autocast: recipe -->\n```python\n(.*?)```\n\nprints\n\n```text\n(.*?)```"
+
+
+def _namespace(steps: int | None = None) -> tuple[dict, str, str]:
+    """The recipe executed after the setup block (its call with ``steps`` where given): its
+    namespace, what it printed and what the page shows it printing."""
     text = DOC.read_text()
     setup = re.search(r"<!-- recipe: setup -->\n```python\n(.*?)```", text, re.S).group(1)
-    recipe = re.search(r"<!-- autocast: recipe -->\n```python\n(.*?)```", text, re.S).group(1)
-    if steps_call is not None:
-        recipe = recipe.replace("params, acc = train_autocast(eqx_model)", steps_call)
+    recipe, shown = re.search(_RECIPE, text, re.S).groups()
+    if steps is not None:
+        call = "params, acc = train_autocast(eqx_model)"
+        assert call in recipe
+        recipe = recipe.replace(call, f"params, acc = train_autocast(eqx_model, steps={steps})")
     ns: dict = {}
+    out = io.StringIO()
     with jax.numpy_dtype_promotion("standard"):  # flax and equinox use JAX's own promotion
         exec(compile(setup, f"{DOC}:setup", "exec"), ns)
-        exec(compile(recipe, f"{DOC}:autocast", "exec"), ns)
-    return ns
+        with contextlib.redirect_stdout(out):
+            exec(compile(recipe, f"{DOC}:autocast", "exec"), ns)
+    return ns, out.getvalue(), shown
 
 
 def test_the_recipe_runs_and_keeps_float32_masters():
-    ns = _namespace("params, acc = train_autocast(eqx_model, steps=20)")
+    ns, _, _ = _namespace(steps=20)
     assert {np.dtype(a.dtype) for a in jax.tree.leaves(ns["params"])} == {np.dtype("float32")}
     assert 0 <= ns["acc"] <= 100
+
+
+def test_the_recipe_prints_what_the_page_shows(prints_as_shown):
+    _, printed, shown = _namespace()  # as written: 2000 steps
+    prints_as_shown(printed, shown)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("model", ["eqx_model", "flax_model"])
 def test_mixed_precision_under_autocast_reaches_float32_accuracy(model):
-    ns = _namespace("")
+    ns, _, _ = _namespace(steps=1)
     with jax.numpy_dtype_promotion("standard"):
         make = ns[model]
         acc = {
