@@ -52,13 +52,22 @@ from heddle.policy._errors import PolicyError
 from heddle.policy._policy import Policy
 from heddle.policy._rules import acc_dtype
 from heddle.programs import _known
-from heddle.programs._audit_source import SiteCache, entry_name
+from heddle.programs._audit_source import LIBRARY_BODY, SiteCache, entry_name
 from heddle.programs._frame import Frame, _here, dtype_of, is_narrow
 from heddle.programs._table import Fact, Monoid, Rule, has, having, monoid, names, rule
 
 # The loops of jax.lax a program writes itself: their narrow carries stay narrow between steps.
-_USER_LOOPS = frozenset(
-    entry_name(f) for f in (lax.scan, lax.fori_loop, lax.map, lax.while_loop, lax.associative_scan)
+_USER_CONTROL = frozenset(
+    entry_name(f)
+    for f in (
+        lax.scan,
+        lax.fori_loop,
+        lax.map,
+        lax.while_loop,
+        lax.associative_scan,
+        lax.cond,
+        lax.switch,
+    )
 )
 # Bound on the values, never on float32 shadows.
 _ON_VALUES = having(Fact.ON_VALUES)
@@ -74,7 +83,8 @@ class Evaluator:
         self.p = p
         self.eager = eager  # evaluating on concrete arrays, not under a trace
         self.sites = SiteCache()
-        self.segment = 0
+        self.segment = 0  # the current segment
+        self._segments = 0  # segments started so far: a new one is never an old number
         self._last_key: Any = object()
         self._acc: dict[np.dtype, np.dtype] = {}
         self.widen = widens_narrow_contractions()
@@ -95,16 +105,25 @@ class Evaluator:
         return Frame(self.acc)
 
     def _segment(self, eqn: Any) -> int:
+        """The segment of ``eqn``: the library call it belongs to, a new one where the call key
+        changes. The body of a jitted helper the call runs (``jnp.where``'s ``_where``, which has
+        no caller in its traceback) continues the call."""
         key = self.sites.site(eqn.source_info.traceback).key
+        if key is LIBRARY_BODY:
+            return self.segment
         if key != self._last_key:
             self._last_key = key
-            self.segment += 1
+            self._start()
         return self.segment
+
+    def _start(self) -> None:
+        self._segments += 1
+        self.segment = self._segments
 
     def new_segment(self) -> None:
         """Starts a new call (values crossing a body boundary are rounded)."""
         self._last_key = object()
-        self.segment += 1
+        self._start()
 
     def continue_call(self, eqn: Any) -> int:
         """Starts a new segment that ``eqn``'s library call continues in: the equations of that call
@@ -113,6 +132,14 @@ class Evaluator:
         self.new_segment()
         self._last_key = self.sites.site(eqn.source_info.traceback).key
         return self.segment
+
+    def resume(self, seg: int, eqn: Any) -> int:
+        """Returns to ``eqn``'s segment ``seg`` after its bodies ran (each in segments of their
+        own): the call's next equations read the shadows written in it before ``eqn`` and those
+        of ``eqn``'s results, written in ``seg``. Returns ``seg``."""
+        self.segment = seg
+        self._last_key = self.sites.site(eqn.source_info.traceback).key
+        return seg
 
     def segment_of(self, eqn: Any) -> int | None:
         """The current segment if it belongs to ``eqn``'s call, else None."""
@@ -124,7 +151,7 @@ class Evaluator:
         loop the caller wrote: the JAX function the caller called is not a loop of ``jax.lax``
         (``lax.scan``, ``fori_loop``, ``map``, ``while_loop``, also when flax or equinox call them)."""
         entry = self.sites.site(eqn.source_info.traceback).entry
-        return entry is not None and entry not in _USER_LOOPS
+        return entry is not None and entry not in _USER_CONTROL
 
     # -- the loop ----------------------------------------------------------------------------------
 
@@ -458,8 +485,8 @@ def _contraction(ev: Evaluator, frame: Frame, eqn: Any, seg: int) -> None:
     common = _common(ev, dl, dr)
     acc_in, acc_out = ev.acc(common), ev.acc(out)
     acc = acc_in if acc_in == acc_out else _common(ev, acc_in, acc_out)
-    # an operand with a float32 shadow of this library call (``multi_dot``'s intermediate
-    # product) enters at that value: the call's intermediates stay float32, as in heddle's own
+    # an operand with a float32 shadow of its own library call (``multi_dot``'s intermediate
+    # product, attention's probabilities) enters at that value, as heddle's function computes it
     wide = ev.shadowed(frame, eqn, seg) or (ev.widen and _needs_wide_operands(frame, eqn))
     operand = contraction_operand_dtype(common, acc, wide)
 

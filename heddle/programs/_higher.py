@@ -131,11 +131,12 @@ def _scan(ev: Any, frame: Frame, eqn: Any) -> None:
     other sum, and returns float32 cotangents for ``xs``, so what produced them sums its own in
     float32 too (a gather's scatter-add, flax's ``flip_sequences`` before a reversed RNN).
 
-    A scan that is part of one library call (``jnp.polyval``'s, see ``in_library_call``) is one op
-    with the rest of that call: its narrow float carries are carried in float32 (each step's
-    unrounded result, read as the shadow of the carry by the body's equations of that call), and
-    its final carries are rounded once, where the scan's results are. A scan the program writes
-    keeps its narrow carries (the audit reports the narrow ``scan carry``)."""
+    A scan that is part of one library call (``jnp.polyval``'s, ``jnp.searchsorted``'s, see
+    ``in_library_call``) is one op with the rest of that call: its narrow float constants, carries
+    and per-step inputs enter at the call's float32 values (read as their shadows by the body's
+    equations of that call; a carry is each step's unrounded result), and its narrow results
+    (final carries, stacked outputs) are rounded once, where the scan's results are. A scan the
+    program writes keeps its narrow carries (the audit reports the narrow ``scan carry``)."""
     closed, n = eqn.params["jaxpr"], eqn.params["num_consts"]
     seg = ev.segment  # the scan equation's own
     first_x = n + eqn.params["num_carry"]
@@ -143,9 +144,10 @@ def _scan(ev: Any, frame: Frame, eqn: Any) -> None:
         i for i, v in enumerate(eqn.invars) if (i < n or i >= first_x) and is_narrow(dtype_of(v))
     ]
     carried: list[int] = []
-    if ev.in_library_call(eqn):
-        carry = range(n, n + eqn.params["num_carry"])
-        carried = [i for i in carry if is_narrow(dtype_of(eqn.invars[i]))]
+    out_carried: list[int] = []
+    if ev.in_library_call(eqn):  # every narrow operand and result at the call's float32 value
+        carried, wide = [i for i, v in enumerate(eqn.invars) if is_narrow(dtype_of(v))], []
+        out_carried = [j for j, v in enumerate(eqn.outvars) if is_narrow(dtype_of(v))]
     if not wide and not carried:
         _rebind(ev, frame, eqn, jaxpr=retrace(ev, closed))
         return
@@ -157,7 +159,6 @@ def _scan(ev: Any, frame: Frame, eqn: Any) -> None:
     for i in carried:
         avals[i] = avals[i].update(dtype=ev.acc(np.dtype(avals[i].dtype)), weak_type=False)
     evaluate = body(ev, closed)
-    out_carried = [i - n for i in carried]
 
     def step(*args: Any) -> list[Any]:
         vals = list(args)
@@ -180,7 +181,7 @@ def _scan(ev: Any, frame: Frame, eqn: Any) -> None:
     if not carried:
         _write_outs(frame, eqn, outs)
         return
-    after = ev.continue_call(eqn)  # the call's next equations read the unrounded carries
+    after = ev.resume(seg, eqn)  # the call's next equations read the unrounded carries
     for j, (v, x) in enumerate(zip(eqn.outvars, outs, strict=True)):
         if j in out_carried:
             frame.write_rounded(v, x, after)
@@ -269,7 +270,7 @@ def _linear_solve(ev: Any, frame: Frame, eqn: Any) -> None:
             operands[k] = _convert_element_type(frame.wide(eqn.invars[k], seg), d)
     params = eqn.primitive.get_bind_params(dict(p, jaxprs=type(jaxprs)(*wide_jaxprs)))
     outs = eqn.primitive.bind(*operands, **params)
-    after = ev.continue_call(eqn)
+    after = ev.resume(seg, eqn)
     for v, x in zip(eqn.outvars, outs, strict=True):
         frame.write_rounded(v, x, after)
 
@@ -286,7 +287,31 @@ def _while(ev: Any, frame: Frame, eqn: Any) -> None:
 
 
 def _cond(ev: Any, frame: Frame, eqn: Any) -> None:
-    _rebind(ev, frame, eqn, branches=tuple(retrace(ev, b) for b in eqn.params["branches"]))
+    """A cond, its branches under the rules. Inside one library call (``jnp.diagonal``'s choice of
+    lowering per platform, see ``in_library_call``) its narrow float operands enter at the call's
+    float32 values and its narrow results are rounded once, where the cond's results are; a cond
+    the program writes (``lax.cond``, ``lax.switch``) rounds what crosses its branches' boundary."""
+    branches = eqn.params["branches"]
+    ops = eqn.invars[1:]  # the index first
+    ins = [i for i, v in enumerate(ops) if is_narrow(dtype_of(v))]
+    outs = [j for j, v in enumerate(eqn.outvars) if is_narrow(dtype_of(v))]
+    if not (ins or outs) or not ev.in_library_call(eqn):
+        _rebind(ev, frame, eqn, branches=tuple(retrace(ev, b) for b in branches))
+        return
+    seg = ev.segment
+    wide = tuple(_wide_jaxpr(ev, eqn, b, ins, outs) for b in branches)
+    operands = list(map(frame.read, eqn.invars))
+    for i in ins:
+        d = ev.acc(dtype_of(ops[i]))
+        operands[1 + i] = _convert_element_type(frame.wide(ops[i], seg), d)
+    params = eqn.primitive.get_bind_params(dict(eqn.params, branches=wide))
+    results = eqn.primitive.bind(*operands, **params)
+    after = ev.resume(seg, eqn)
+    for j, (v, x) in enumerate(zip(eqn.outvars, results, strict=True)):
+        if j in outs:
+            frame.write_rounded(v, x, after)
+        else:
+            frame.write(v, x)
 
 
 def _custom_call(ev: Any, eqn: Any) -> tuple[dict[str, Any], int, Any]:

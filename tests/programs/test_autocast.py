@@ -395,3 +395,50 @@ def test_a_value_used_twice_sums_its_dot_cotangents_in_float32(dtype, jit):
         got = np.asarray((jax.jit(step) if jit else step)(at), np.float64)
         want = np.asarray(jnp.asarray(exact, dtype), np.float64)  # exact, rounded once
         assert (got == want).all(), f"{loss.__name__}: {int((got != want).sum())} elements off"
+
+
+def _dot_operand_dtypes(jaxpr) -> list[tuple[str, str]]:
+    return [
+        (str(e.invars[0].aval.dtype), str(e.invars[1].aval.dtype))
+        for e in jaxpr.eqns
+        if e.primitive.name == "dot_general"
+    ]
+
+
+def test_a_dot_reads_its_own_calls_float32_intermediate():
+    """multi_dot's intermediate product stays float32 (one call: its second dot is float32, and the
+    result is heddle's, the float64 product rounded once). The same statement repeated in a loop
+    shares one call key: from the second iteration its dot reads the float32 value of the one
+    before (docs/autocast.md), never less accurate than heddle.numpy's rounding per call."""
+    bf = jnp.bfloat16
+    rng = np.random.default_rng(0)
+    a, b, c = (jnp.asarray(rng.standard_normal(s), bf) for s in ((4, 64), (64, 64), (64, 2)))
+    multi = lambda a, b, c: jnp.linalg.multi_dot([a, b, c])
+    assert sorted(_dot_operand_dtypes(jax.make_jaxpr(autocast(multi))(a, b, c).jaxpr)) == [
+        ("bfloat16", "bfloat16"),
+        ("float32", "float32"),
+    ]
+    wide = [np.asarray(m, np.float64) for m in (a, b, c)]
+    exact = wide[0] @ wide[1] @ wide[2]
+    got = jax.jit(autocast(multi))(a, b, c)
+    want = jax.jit(heddle.numpy.linalg.multi_dot)([a, b, c])
+    np.testing.assert_array_equal(np.asarray(got, np.float32), np.asarray(want, np.float32))
+    assert np.all(np.abs(np.asarray(got, np.float64) - exact) <= 2.0**-8 * np.abs(exact) + 1e-3)
+
+    def loop(x, ws):
+        for w in ws:
+            x = x @ w
+        return x
+
+    ws = [jnp.asarray(rng.standard_normal((64, 64)) / 8, bf) for _ in range(3)]
+    exact = wide[0] @ np.asarray(ws[0], np.float64) @ np.asarray(ws[1], np.float64)
+    exact = exact @ np.asarray(ws[2], np.float64)
+    got = np.asarray(jax.jit(autocast(loop))(a, ws), np.float64)
+    per_call = np.asarray(jax.jit(lambda x, ws: loop_h(x, ws))(a, ws), np.float64)
+    assert np.abs(got - exact).max() <= np.abs(per_call - exact).max()
+
+
+def loop_h(x, ws):
+    for w in ws:
+        x = heddle.numpy.matmul(x, w)
+    return x
