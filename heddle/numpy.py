@@ -94,6 +94,7 @@ def _build() -> dict:
             values=values,
             value_kwargs=_table.VALUE_KWARGS.get(name, ()),
             sequence=_table.SEQUENCES.get(name),
+            params=tuple((n, None) for n in _table.HYPER_PARAMS.get(name, ())),
         )
         names[name] = _core.make_op(name, spec)
         names[name].__doc__ = _core._doc(name, spec, jfn)

@@ -85,6 +85,10 @@ class OpSpec:
         its own, and output ``i`` (of a list of outputs) has operand ``i``'s dtype
         (``broadcast_arrays``, ``meshgrid``: ``_table.OWN_DTYPES``). A Python scalar among them
         takes the policy's default for its kind, as it would alone.
+      params: hyper-parameters, each as (name, position or None) (``quantile``'s ``q``,
+        ``_table.HYPER_PARAMS``): they do not take part in promotion; a narrow float array is
+        widened exactly to the compute dtype, anything else (a Python scalar) passed on unrounded.
+        ``with_value_names`` fills the positions from ``spec.fn``'s signature.
     """
 
     fn: Callable[..., Any]
@@ -94,6 +98,7 @@ class OpSpec:
     value_kwargs: tuple[str, ...] = ()
     sequence: int | None = None
     own_dtypes: bool = False
+    params: tuple[tuple[str, int | None], ...] = ()
 
 
 _BY_NAME = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
@@ -132,7 +137,9 @@ def with_value_names(spec: OpSpec) -> OpSpec:
         index = {q.name: i for i, q in enumerate(positional)}
         extra = sorted(index[n] for n in names if n in index and index[n] not in values)
         values = tuple(sorted({*values, *extra} - {seq}))
-    return dataclasses.replace(spec, values=values, value_kwargs=tuple(names))
+    where = {q.name: i for i, q in enumerate(positional)}
+    hyper = tuple((n, where.get(n)) for n, _ in spec.params)
+    return dataclasses.replace(spec, values=values, value_kwargs=tuple(names), params=hyper)
 
 
 def compute_dtype(d: np.dtype, p: Policy) -> np.dtype:
@@ -298,6 +305,8 @@ def _run(spec: OpSpec, plan: tuple, template: tuple, values: Sequence[Any]) -> A
         return type(out)(_round_output(o, r) for o, r in zip(out, result, strict=True))
     vals = [cast(cast(v, to), comp) for v in values]
     args, kwargs = _rebuild(template, vals)
+    if spec.params:
+        args, kwargs = _widen_params(spec, args, kwargs, comp)
     fn = spec.fn
     if spec.plan is Plan.ACC_DTYPE:
         kwargs["dtype"] = acc
@@ -308,6 +317,27 @@ def _run(spec: OpSpec, plan: tuple, template: tuple, values: Sequence[Any]) -> A
         fn = lowering.contraction(spec.fn, comp, vals)  # the backend's arrangement of the dot
     out = fn(*args, **kwargs)
     return jax.tree.map(lambda o: _round_output(o, result), out)
+
+
+def _widen_params(
+    spec: OpSpec, args: tuple[Any, ...], kwargs: dict[str, Any], comp: np.dtype
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """The hyper-parameters given as narrow float arrays, widened exactly to ``comp``."""
+    listed = list(args)
+    wide = D.real_dtype(comp) if D.kind(comp) == "c" else comp
+
+    def widen(v: Any) -> Any:
+        d = getattr(v, "dtype", None)
+        if d is None or D.kind(np.dtype(d)) != "f" or np.dtype(d).itemsize >= wide.itemsize:
+            return v
+        return jax.lax.convert_element_type(v, wide)
+
+    for name, i in spec.params:
+        if name in kwargs:
+            kwargs[name] = widen(kwargs[name])
+        elif i is not None and i < len(listed):
+            listed[i] = widen(listed[i])
+    return tuple(listed), kwargs
 
 
 def _output_dtype(out: np.dtype, result: np.dtype) -> np.dtype:

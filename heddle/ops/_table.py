@@ -138,7 +138,7 @@ VALUE_KWARGS: dict[str, tuple[str, ...]] = {
     "nan_to_num": ("nan", "posinf", "neginf"),
     "unwrap": ("discont", "period"),
     "average": ("weights",),
-    **dict.fromkeys("percentile nanpercentile quantile nanquantile".split(), ("q", "weights")),
+    **dict.fromkeys("percentile nanpercentile quantile nanquantile".split(), ("weights",)),
     "polyint": ("k",),
     "cov": ("aweights",),
     "trapezoid": ("dx",),
@@ -151,6 +151,12 @@ VALUE_KWARGS: dict[str, tuple[str, ...]] = {
     "select": ("default",),
     "pad": ("constant_values", "end_values"),
 }
+
+# Hyper-parameters that take arrays: not value operands (NOT_VALUES says why), used at the compute
+# dtype (a narrow float array widened exactly, a Python scalar unrounded), as JAX uses a Python one.
+HYPER_PARAMS: dict[str, tuple[str, ...]] = dict.fromkeys(
+    "percentile nanpercentile quantile nanquantile".split(), ("q",)
+)
 
 # Ops whose value operands never meet: operand i is resolved, converted (to its own float32 copy,
 # for a narrow float) and rounded back exactly on its own, and output i keeps operand i's dtype and
@@ -187,6 +193,11 @@ NOT_VALUES: dict[str, str] = {
     "allclose.rtol": "a tolerance (hyper-parameter) applied in the operands' dtype",
     "allclose.atol": "a tolerance (hyper-parameter) applied in the operands' dtype",
     "linalg.cond.p": "the order of the norm",
+    **{
+        f"{name}.q": "the probabilities, a hyper-parameter used at the compute dtype, as JAX uses a"
+        " Python q (rounded to bfloat16, 0.3 is 0.30078125 and picks other order statistics)"
+        for name in HYPER_PARAMS
+    },
     "linalg.cross.axis": "the axis, an integer",
 }
 

@@ -94,6 +94,8 @@ KNOWN_CALLS: tuple[Known, ...] = (
     # the selu scale and alpha, 0.01, 1/6, b = 4 (and heddle's formulas)
     *_each("nn.selu"),
     Known("nn.leaky_relu", scalars=("negative_slope",)),
+    Known("nn.elu", scalars=("alpha",)),
+    Known("nn.celu", scalars=("alpha",)),
     *_each("nn.hard_sigmoid nn.hard_silu"),
     Known("nn.squareplus", scalars=("b",)),
     *_each("nn.mish nn.silu"),

@@ -289,3 +289,22 @@ def test_pad_modes_that_repeat_a_value_sum_its_cotangents_in_float32(transform, 
     assert narrow_accumulations(jax.make_jaxpr(grad(jnp))(x).jaxpr) == {"reduce_sum"}
     v = np.arange(6).astype(BF16) / BF16(3)
     assert hnp.pad(v, 3, mode=mode).tobytes() == jnp.pad(v, 3, mode=mode).tobytes()
+
+
+@pytest.mark.parametrize("method", ["nearest", "lower", "higher", "linear"])
+def test_a_python_q_is_used_unrounded(transform, method):
+    """q is a hyper-parameter, used at float32 as JAX uses it: rounded to bfloat16, 0.3 would be
+    0.30078125, and ``method="nearest"`` picked another order statistic in 32 of 32 columns."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((50, 32)).astype(BF16)
+    got = transform(lambda v: hnp.quantile(v, 0.3, axis=0, method=method))(x)
+    assert got.dtype == BF16
+    exact = np.quantile(x.astype(np.float64), 0.3, axis=0, method=method)
+    if method == "linear":  # one float32 interpolation, rounded once: within one bfloat16 ulp
+        err = np.abs(np.asarray(got, np.float64) - exact)
+        assert np.all(err <= 2.0**-7 * np.abs(exact) + 1e-30)
+    else:  # an order statistic: one of the values, exactly
+        np.testing.assert_array_equal(np.asarray(got, np.float64), exact)
+    assert float(transform(lambda v: hnp.percentile(v, 30.0))(x.ravel())) == pytest.approx(
+        float(np.percentile(x.astype(np.float64).ravel(), 30.0)), rel=2.0**-8
+    )

@@ -75,6 +75,8 @@ _STATS = (
 CLASS = {
     "nn.leaky_relu": [((0.2,), {}), ((0.3,), {}), ((), {"negative_slope": 0.2})],
     "nn.squareplus": [((2.0,), {}), ((), {"b": 0.3}), ((4,), {})],
+    "nn.elu": [((0.3,), {}), ((), {"alpha": 2.5})],
+    "nn.celu": [((0.3,), {}), ((), {"alpha": 0.7})],
     "numpy.unwrap": [((), {"discont": 1.0}), ((), {"period": 3.0})],
     "scipy.stats.poisson.entropy": [((1.0,), {})],
     **{f"scipy.stats.{s}": [((1.0, 2.0), {}), ((), {"loc": 0.3, "scale": 1.7})] for s in _STATS},
@@ -88,6 +90,8 @@ QUICK = {
     "leaky_relu(x, negative_slope=0.3)": ("nn.leaky_relu", BF16, (), {"negative_slope": 0.3}),
     "squareplus(x, 2.0)": ("nn.squareplus", BF16, (2.0,), {}),  # 23,499 / 9,023
     "squareplus(x, 4)": ("nn.squareplus", BF16, (4,), {}),  # the default, given: 23,402 / 8,858
+    "elu(x, 0.3)": ("nn.elu", BF16, (0.3,), {}),  # 7,753 / 3,947
+    "celu(x, alpha=0.3)": ("nn.celu", F16, (), {"alpha": 0.3}),  # 178 / 723
     "unwrap(x, discont=1.0)": ("numpy.unwrap", F16, (), {"discont": 1.0}),  # 2,807 / 3,588
     "norm.pdf(x, 1.0, 2.0)": ("scipy.stats.norm.pdf", F16, (1.0, 2.0), {}),  # 96 / 6,850
     "norm.pdf(x, loc=0.3, scale=1.7)": (

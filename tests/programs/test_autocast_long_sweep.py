@@ -646,19 +646,12 @@ def measure(key: str, dtype_name: str, plain: bool = False) -> Result:
     )
 
 
-# (case, dtype) -> outputs whose bits differ between autocast and heddle.numpy, as measured; the
-# same counts are in docs/autocast.md. In each, every differing output of heddle.numpy is the
-# float64 reference rounded once and autocast's is not: autocast's difference, not the namespace's.
-# jnp.cov divides by N - 1 = 24,999 built as a narrow constant while it traces (bfloat16 24,960,
-# float16 24,992; corrcoef calls cov). multi_dot's intermediate product (b @ a) was rounded to
-# bfloat16 (1 of 1 output in bfloat16, 44.5 from the reference where heddle is 19.5) until a
-# contraction reading a float32 shadow of its own call took float32 operands.
-# cov, corrcoef and logmeanexp called with their defaults are known calls (heddle/programs/_known.py):
-# heddle's function of the input, so these differences are gone there (before: cov 3 and 7 of 16,
-# corrcoef 4 of 16 in float16, logmeanexp -inf in float16).
-KNOWN_DIFFERENCES: dict[tuple[str, str], int] = {
-    ("numpy.cov[fweights,aweights]", "float16"): 1,
-}
+# (case, dtype) -> outputs whose bits differ between autocast and heddle.numpy, as measured (the
+# same counts are in docs/autocast.md): none. Before: cov 3 and 7 of 16 (bfloat16, float16), corrcoef
+# 4 of 16 in float16, logmeanexp -inf in float16 (known calls since, heddle/programs/_known.py);
+# multi_dot 1 of 1 in bfloat16 (its intermediate product was rounded); cov with fweights and aweights
+# 1 of 16 in float16 (a value made before a body of the call was read rounded after it).
+KNOWN_DIFFERENCES: dict[tuple[str, str], int] = {}
 
 # Autocast outside the bound where heddle.numpy is within it: documented, not fixed here.
 XFAIL: dict[tuple[str, str], str] = {}
