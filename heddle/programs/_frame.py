@@ -277,7 +277,7 @@ class Frame:
             self.env[v] = outer.env[a]
         else:
             self.pending[v] = outer.value_ref(a)
-        if outer.has_twin(a):
+        if outer.has_twin(a) or is_narrow(dtype_of(a)):  # one twin, whichever side asks first
             self.pending_twins[v] = outer.twin_ref(a)
         if a in outer.shadows:
             self.set_shadow(v, *outer.shadows[a])

@@ -442,3 +442,44 @@ def loop_h(x, ws):
     for w in ws:
         x = heddle.numpy.matmul(x, w)
     return x
+
+
+@pytest.mark.parametrize(
+    "reader",
+    [
+        lambda h: jnp.var(h, axis=-1, keepdims=True),  # a jitted library function, inlined
+        lambda h: jnp.linalg.norm(h, axis=-1, keepdims=True),
+    ],
+    ids=["var", "norm"],
+)
+def test_a_value_read_inside_and_outside_a_library_call_has_one_twin(reader):
+    """h feeds a jitted library call (which widens it itself) and a multiplication after it: both
+    read one float32 twin, so the backward pass adds h's two cotangents in float32 (before, the
+    call made a twin of its own, and jax.grad added the two contributions in bfloat16)."""
+    x = jnp.asarray(np.random.default_rng(0).standard_normal((8, 32)), jnp.bfloat16)
+
+    def f(x):
+        h = jnp.tanh(x)
+        return jnp.sum(h * reader(h))
+
+    jaxpr = jax.make_jaxpr(autocast(f))(x).jaxpr
+    tanh_out = next(e.outvars[0] for e in jaxpr.eqns if e.primitive.name == "tanh")
+    rounded = next(
+        e.outvars[0]
+        for e in jaxpr.eqns
+        if e.primitive.name == "convert_element_type" and e.invars[0] is tanh_out
+    )
+    widened = [
+        e
+        for e in jaxpr.eqns
+        if e.primitive.name == "convert_element_type" and e.invars[0] is rounded
+    ]
+    assert len(widened) == 1
+    _, vjp = jax.vjp(autocast(f), x)
+    back = jax.make_jaxpr(vjp)(jnp.ones((), jnp.bfloat16)).jaxpr
+    narrow_adds = [
+        e
+        for e in back.eqns
+        if e.primitive.name == "add_any" and e.outvars[0].aval.dtype == jnp.bfloat16
+    ]
+    assert narrow_adds == []
