@@ -56,19 +56,10 @@ from heddle.programs._audit_source import LIBRARY_BODY, SiteCache, entry_name
 from heddle.programs._frame import Frame, _here, dtype_of, is_narrow
 from heddle.programs._table import Fact, Monoid, Rule, has, having, monoid, names, rule
 
-# The loops of jax.lax a program writes itself: their narrow carries stay narrow between steps.
-_USER_CONTROL = frozenset(
-    entry_name(f)
-    for f in (
-        lax.scan,
-        lax.fori_loop,
-        lax.map,
-        lax.while_loop,
-        lax.associative_scan,
-        lax.cond,
-        lax.switch,
-    )
-)
+# The control flow of jax.lax a program writes itself: what crosses its bodies' boundary is rounded
+# (narrow carries stay narrow between steps), as between two calls.
+_CONTROL = (lax.scan, lax.fori_loop, lax.map, lax.while_loop, lax.associative_scan, lax.cond)
+_USER_CONTROL = frozenset(map(entry_name, (*_CONTROL, lax.switch)))
 # Bound on the values, never on float32 shadows.
 _ON_VALUES = having(Fact.ON_VALUES)
 # Exact primitives whose one result copies operand values: the result's twin is the same copy of
