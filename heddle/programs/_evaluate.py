@@ -58,8 +58,8 @@ from heddle.programs._table import Fact, Monoid, Rule, has, having, monoid, name
 
 # The control flow of jax.lax a program writes itself: what crosses its bodies' boundary is rounded
 # (narrow carries stay narrow between steps), as between two calls.
-_CONTROL = (lax.scan, lax.fori_loop, lax.map, lax.while_loop, lax.associative_scan, lax.cond)
-_USER_CONTROL = frozenset(map(entry_name, (*_CONTROL, lax.switch)))
+_CONTROL: tuple[Any, ...] = (lax.scan, lax.fori_loop, lax.map, lax.while_loop, lax.cond)
+_USER_CONTROL = frozenset(entry_name(f) for f in (*_CONTROL, lax.associative_scan, lax.switch))
 # Bound on the values, never on float32 shadows.
 _ON_VALUES = having(Fact.ON_VALUES)
 # Exact primitives whose one result copies operand values: the result's twin is the same copy of
