@@ -58,8 +58,8 @@ from heddle.programs._table import Fact, Monoid, Rule, has, having, monoid, name
 
 # The control flow of jax.lax a program writes itself: what crosses its bodies' boundary is rounded
 # (narrow carries stay narrow between steps), as between two calls.
-_CONTROL: tuple[Any, ...] = (lax.scan, lax.fori_loop, lax.map, lax.while_loop, lax.cond)
-_USER_CONTROL = frozenset(entry_name(f) for f in (*_CONTROL, lax.associative_scan, lax.switch))
+_LAX_CONTROL: tuple[Any, ...] = (lax.scan, lax.fori_loop, lax.map, lax.while_loop, lax.cond)
+_USER_CONTROL = frozenset(map(entry_name, (*_LAX_CONTROL, lax.associative_scan, lax.switch)))
 # Bound on the values, never on float32 shadows.
 _ON_VALUES = having(Fact.ON_VALUES)
 # Exact primitives whose one result copies operand values: the result's twin is the same copy of
@@ -138,9 +138,10 @@ class Evaluator:
         return self.segment if key == self._last_key else None
 
     def in_library_call(self, eqn: Any) -> bool:
-        """Whether a loop equation is part of one library call (``jnp.polyval``'s ``scan``), not a
-        loop the caller wrote: the JAX function the caller called is not a loop of ``jax.lax``
-        (``lax.scan``, ``fori_loop``, ``map``, ``while_loop``, also when flax or equinox call them)."""
+        """Whether a loop or cond equation is part of one library call (``jnp.polyval``'s ``scan``,
+        ``jnp.diagonal``'s ``cond``), not control flow the caller wrote: the JAX function the caller
+        called is not one of ``jax.lax``'s (``scan``, ``fori_loop``, ``map``, ``while_loop``,
+        ``associative_scan``, ``cond``, ``switch``, also when flax or equinox call them)."""
         entry = self.sites.site(eqn.source_info.traceback).entry
         return entry is not None and entry not in _USER_CONTROL
 
