@@ -39,7 +39,7 @@ from heddle.programs._audit_ir import (
     subjaxprs,
 )
 from heddle.programs._audit_source import LIBRARY_BODY, Site, SiteCache
-from heddle.programs._table import ACCUMULATING, Fact, Rule, having, is_index, rule
+from heddle.programs._table import ACCUMULATING, Body, Fact, Rule, having, is_index, kind, rule
 
 
 class ConversionRules:
@@ -78,6 +78,8 @@ class ConversionRules:
             self._promotion(eqn, level, ctx, site)
         if lossy and _rounded_for_a_wider_use(eqn, level, src, self.sites):
             return  # a value rounded once to its own narrow dtype and read through its wide copy
+        if lossy and self._backward(eqn, ctx) and _read_by_loops(eqn, level):
+            return  # a cotangent rounded once for a loop with narrow carries: the loop's finding
         if lossy and (external or self._narrows_an_input(x, level, site.key, dst)):
             self._lossy(eqn, ctx, src, dst, "implicit")
         elif lossy and _integer_accumulator_store(x, level, src, dst):
@@ -118,7 +120,8 @@ class ConversionRules:
             producer = level.producer.get(v)
             if producer is None or self._site(producer).key != key:
                 d = policy_dtype(v.aval)
-                if d is not None and D.is_inexact(d) and not holds(dst, d):
+                wider = d is not None and D.is_inexact(d) and not holds(dst, d)
+                if wider and not _round_trip(v, level, dst):  # a float32 twin holds no more
                     return True
                 continue
             if producer.primitive.name in DATA_MOVEMENT:
@@ -202,19 +205,27 @@ class ConversionRules:
 # that return their operands as they are (optimization_barrier).
 _MOVES_ONE = having(Fact.FROM_FIRST)
 _IDENTITIES = having(Fact.IDENTITY)
+_ROUNDS = having(Fact.ROUNDS)
 
 
 def _round_trip(x: Any, level: Level, dst: np.dtype) -> bool:
     """Whether ``x`` is, through ops that only move values, an exact widening of a value whose dtype
     ``dst`` holds: narrowing it back to ``dst`` gives back the same values (autocast's narrow dot
-    reads its operands' float32 twins, ``cast(twin, bfloat16)``; ``x.astype(f32).astype(bf16)``)."""
-    v = x
+    reads its operands' float32 twins, ``cast(twin, bfloat16)``; ``x.astype(f32).astype(bf16)``).
+    The walk enters a custom_jvp function's body (heddle.autodiff's float32 twin of a narrow value,
+    ``reduce_precision(convert(x))``, is one) and leaves it by its operands."""
+    v, levels = x, [(level, None)]  # the levels entered, each with the equation that holds it
     for _ in range(UPSTREAM_LIMIT):
         if isinstance(v, jcore.Literal):
             return False
-        producer = level.producer.get(v)
+        lvl, holder = levels[-1]
+        producer = lvl.producer.get(v)
         if producer is None:
-            return False
+            if holder is None or v not in lvl.jaxpr.invars:
+                return False
+            v = holder.invars[lvl.jaxpr.invars.index(v)]
+            levels.pop()
+            continue
         name = producer.primitive.name
         if rule(name) is Rule.CONVERT:
             origin, wide = policy_dtype(producer.invars[0].aval), policy_dtype(v.aval)
@@ -226,8 +237,14 @@ def _round_trip(x: Any, level: Level, dst: np.dtype) -> bool:
             )
         if name in _IDENTITIES:
             v = producer.invars[producer.outvars.index(v)]
-        elif name in _MOVES_ONE and producer.invars:
-            v = producer.invars[0]
+        elif (name in _MOVES_ONE or name in _ROUNDS) and producer.invars:
+            v = producer.invars[0]  # a rounding to fewer bits: follow the value it rounds
+        elif kind(name) is Body.CUSTOM_JVP:
+            body = producer.params["call_jaxpr"]
+            body = getattr(body, "jaxpr", body)
+            inner = Level(body)
+            v = body.outvars[producer.outvars.index(v)]
+            levels.append((inner, producer))
         else:
             return False
     return False
@@ -270,6 +287,18 @@ def _rounded_for_a_wider_use(eqn: Any, level: Level, src: np.dtype, sites: SiteC
             else:
                 return False
     return True
+
+
+_LOOPS = (Body.SCAN, Body.WHILE)
+
+
+def _read_by_loops(eqn: Any, level: Level) -> bool:
+    """Whether only loops read a narrowing's result (in the backward pass: a cotangent computed in
+    float32 by heddle.autocast, rounded once to the narrow dtype of the transposed loop's carry or
+    per-step input, where ``jax.grad`` of the plain program computes it narrow; the audit reports
+    the loop's narrow cotangents and carries)."""
+    readers = level.consumers(eqn.outvars[0])
+    return bool(readers) and all(kind(r.primitive.name) in _LOOPS for r in readers)
 
 
 def _site_of(eqn: Any, sites: SiteCache) -> Site:

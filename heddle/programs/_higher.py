@@ -106,11 +106,21 @@ def _retraced_jit_body(ev: Any, closed: Any) -> Any:
     return per_body[key]
 
 
+def plain_jit(eqn: Any) -> bool:
+    """Whether ``eqn`` is a ``jit`` without sharding or layout annotations: its body can be
+    evaluated inline, as part of the outer program, with the same results."""
+    p = eqn.params
+    if kind(eqn.primitive.name) is not Body.JIT:
+        return False
+    plain = _unspecified(p["in_shardings"]) and _unspecified(p["out_shardings"])
+    return plain and all(lay is None for lay in (*p["in_layouts"], *p["out_layouts"]))
+
+
 def _jit(ev: Any, frame: Frame, eqn: Any) -> None:
     p = eqn.params
-    plain = _unspecified(p["in_shardings"]) and _unspecified(p["out_shardings"])
-    plain = plain and all(lay is None for lay in (*p["in_layouts"], *p["out_layouts"]))
-    if plain:  # inline, so the rewrite sees across the call (one rounding per library call),
+    if plain_jit(
+        eqn
+    ):  # inline, so the rewrite sees across the call (one rounding per library call),
         # eagerly as under an outer jit: a nested jit is not a rounding boundary
         _inline(ev, frame, eqn, p["jaxpr"])
         return

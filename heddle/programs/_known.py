@@ -44,6 +44,7 @@ from typing import Any
 
 import jax
 import numpy as np
+from jax._src import core as jax_core
 from jax._src import linear_util as lu
 from jax._src import source_info_util
 from jax.extend import core as jcore
@@ -51,6 +52,7 @@ from jax.extend import core as jcore
 from heddle.policy import _dtypes as D
 from heddle.programs._audit_source import SiteCache
 from heddle.programs._frame import Frame, dtype_of, is_narrow
+from heddle.programs._higher import plain_jit
 from heddle.programs._table import Body, kind
 
 
@@ -736,7 +738,54 @@ def _halfway(v: float, d: np.dtype) -> bool:
 
 
 def evaluate(frame: Frame, call: Call, segment: int) -> None:
-    """A recognised call: heddle's function of the input's float32 value, rounded once."""
-    out = call.candidate.evaluate(frame.wide(call.x, segment))
-    for v, o in zip(call.outs, jax.tree.leaves(out), strict=True):
+    """A recognised call: heddle's function of the input's float32 value, rounded once.
+
+    heddle's function is traced once per input aval and policy, with tracebacks of its own, and its
+    equations (the bodies of the jitted helpers it calls, such as ``jnp.where``'s, included) are
+    bound here, under the call's source information: every equation the call gives is the call's.
+    Calling it directly would trace a helper's body under the first call's source information,
+    which JAX then caches and hands to every later call (``gelu`` then ``silu``, say). On values
+    (an eager call) it is called directly, as eager heddle.numpy runs it."""
+    x = frame.wide(call.x, segment)
+    traced = not isinstance(jax_core.trace_ctx.trace, jax_core.EvalTrace)
+    closed = _heddle_jaxpr(call.candidate, jax.typeof(x)) if traced else None
+    if closed is None:  # on values (an eager call: no program to read), heddle's function itself
+        outs = jax.tree.leaves(call.candidate.evaluate(x))
+    else:
+        outs = _bind_inlined(closed.jaxpr, closed.consts, [x])
+    for v, o in zip(call.outs, outs, strict=True):
         frame.write_rounded(v, o, segment)
+
+
+def _heddle_jaxpr(c: _Candidate, aval: Any) -> Any:
+    """heddle's function of ``c`` traced on ``aval`` (once per policy), or None."""
+    from heddle.policy import _policy
+
+    key = (tuple(aval.shape), np.dtype(aval.dtype), bool(getattr(aval, "weak_type", False)))
+    return _cached(f"heddle {_policy.current()!r}", c, key, lambda s: jax.make_jaxpr(c.evaluate)(s))
+
+
+def _bind_inlined(jaxpr: Any, consts: Sequence[Any], args: Sequence[Any]) -> list[Any]:
+    """``jaxpr`` evaluated by binding its equations under the current source information, the
+    bodies of plain jits inline (``jax.core.eval_jaxpr`` without ``propagate_source_info``)."""
+    env: dict[Any, Any] = {}
+
+    def read(a: Any) -> Any:
+        return a.val if isinstance(a, jcore.Literal) else env[a]
+
+    env.update(zip(jaxpr.constvars, consts, strict=True))
+    env.update(zip(jaxpr.invars, args, strict=True))
+    for eqn in jaxpr.eqns:
+        ins = [read(a) for a in eqn.invars]
+        if plain_jit(eqn):
+            body = eqn.params["jaxpr"]
+            outs = _bind_inlined(body.jaxpr, body.consts, ins)
+        else:
+            params = eqn.primitive.get_bind_params(eqn.params)
+            with eqn.ctx.manager:
+                ans = eqn.primitive.bind(*ins, **params)
+            outs = ans if eqn.primitive.multiple_results else [ans]
+        for v, o in zip(eqn.outvars, outs, strict=True):
+            if not isinstance(v, jcore.DropVar):
+                env[v] = o
+    return [read(a) for a in jaxpr.outvars]

@@ -240,6 +240,7 @@ class Fact(enum.Enum):
     USER_RULE = "user_rule"
     BITS = "bits"
     NAN_ACROSS_DEVICES = "nan_across_devices"
+    ROUNDS = "rounds"
 
 
 FACT_MEANINGS: dict[Fact, str] = {
@@ -278,6 +279,8 @@ FACT_MEANINGS: dict[Fact, str] = {
     "heddle.autodiff has no float32 version of it",
     Fact.NAN_ACROSS_DEVICES: "a max or min across devices, which XLA:CPU's combiner computes "
     "without NaN: autocast and heddle.lax add an exact count of NaN over the same devices",
+    Fact.ROUNDS: "rounds its operand to fewer exponent and mantissa bits in the same dtype: an "
+    "exact widening of a narrow value read through it is still one (the audit)",
 }
 """What each fact says of a primitive (docs/primitives.md prints it)."""
 
@@ -313,6 +316,7 @@ _FACTS: dict[Fact, str] = {
     Fact.USER_RULE: "custom_vjp_call custom_lin",
     Fact.BITS: "bitcast_convert_type",
     Fact.NAN_ACROSS_DEVICES: "pmax pmin",
+    Fact.ROUNDS: "reduce_precision",
 }
 
 FACTS: dict[Fact, frozenset[str]] = {fact: frozenset(_names(t)) for fact, t in _FACTS.items()}
