@@ -39,6 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 from jax._src import source_info_util
+from jax.custom_derivatives import SymbolicZero
 from jax.extend import core as jex_core
 
 from heddle.autodiff._rules import contract, like
@@ -339,6 +340,7 @@ def _wide_twins(frame: _Frame, eqn: Any, outs: list[tuple[int, Any]]) -> dict[An
 
         def tangent(ins: Any, xs: Any, ts: Any) -> list[Any]:
             del ins
+            ts = [_instantiate(t, x) for t, x in zip(ts, xs, strict=True)]
             return list(jax.jvp(widened, tuple(xs), tuple(ts))[1])
 
         try:
@@ -360,10 +362,14 @@ def _dot_tangent(params: dict[str, Any]) -> Callable[..., list[Any]]:
     def tangent(ins: Any, xs: Any, ts: Any) -> list[Any]:
         (lhs, rhs), (t_lhs, t_rhs) = ins, ts
         del xs
-        return [
-            lax.dot_general(t_lhs, like(rhs, t_lhs), **kw)
-            + lax.dot_general(like(lhs, t_rhs), t_rhs, **kw)
-        ]
+        terms = []  # an operand that is not differentiated has no term (no contraction of zeros)
+        if not isinstance(t_lhs, SymbolicZero):
+            terms.append(lax.dot_general(t_lhs, like(rhs, t_lhs), **kw))
+        if not isinstance(t_rhs, SymbolicZero):
+            terms.append(lax.dot_general(like(lhs, t_rhs), t_rhs, **kw))
+        if not terms:
+            return [None]
+        return [terms[0] if len(terms) == 1 else terms[0] + terms[1]]
 
     return tangent
 
@@ -390,10 +396,17 @@ def _straight_through(tangent: Callable[..., list[Any]]) -> Callable[..., list[A
 
     def rule(primals: Any, tangents: Any) -> tuple[list[Any], list[Any]]:
         narrow, wide, ins = primals
-        return f(narrow, wide, ins), tangent(ins, wide, tangents[1])
+        out = f(narrow, wide, ins)
+        ts = tangent(ins, wide, tangents[1])
+        return out, [jnp.zeros_like(o) if t is None else t for o, t in zip(out, ts, strict=True)]
 
-    f.defjvp(rule)
+    f.defjvp(rule, symbolic_zeros=True)
     return f
+
+
+def _instantiate(t: Any, x: Any) -> Any:
+    """A tangent as an array: zeros of ``x``'s type for a symbolic zero."""
+    return jnp.zeros_like(x) if isinstance(t, SymbolicZero) else t
 
 
 def evaluate(

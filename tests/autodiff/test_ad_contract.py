@@ -221,3 +221,26 @@ def test_vjp_cotangent_of_a_narrow_output_in_either_dtype():
     assert g.tolist() == [3 * (1 + 2.0**-7)] * 3
     (g,) = pullback(jnp.full(3, 1 + 2.0**-12, F32))
     assert g.tolist() == [3 * (1 + 2.0**-12)] * 3
+
+
+@pytest.mark.parametrize("argnums", [0, 1, (0, 1)])
+def test_an_operand_not_differentiated_adds_no_contraction(argnums):
+    # the float32 tangent of a narrow matmul has one term per differentiated operand; the other's
+    # tangent is zero and was contracted as a float32 array of zeros (a forward matmul the plain
+    # program does not have, which the audit read as an implicit promotion)
+    from heddle.programs import _audit
+
+    w = jax.ShapeDtypeStruct((7, 13), BF16)
+    x = jax.ShapeDtypeStruct((11, 7), BF16)
+
+    def loss(w, x):
+        return jnp.mean((x @ w).astype(F32) ** 2)
+
+    grad = autodiff.grad(loss, argnums=argnums)
+    eqns = jax.make_jaxpr(grad)(w, x).jaxpr.eqns
+    dots = [e for e in eqns if e.primitive.name == "dot_general"]
+    n_diff = 1 if isinstance(argnums, int) else 2
+    assert len(dots) == 1 + n_diff, dots  # the forward one, and one a differentiated operand
+    report = _audit.audit(grad, w, x)
+    assert {f.kind for f in report.findings} == {"narrow_accumulation"}, str(report)
+    assert {f.phase for f in report.findings} == {"forward"}, str(report)
