@@ -331,6 +331,9 @@ def _copying_twin(frame: Frame, eqn: Any) -> None:
     d = dtype_of(out)
     if not is_narrow(d) or isinstance(out, jcore.DropVar):
         return
+    if all(isinstance(a, jcore.Literal) for a in eqn.invars if dtype_of(a) == d):
+        return  # a copy of constants (``full_like(x, 0)``) has no cotangent to sum: its twin is its
+        # value widened, which the program then shows as the narrow constant it is
     # always (lazily): widening the copy instead of copying the twin would make the backward
     # pass's sum (a broadcast's reduce_sum, a gather's scatter-add) narrow
 

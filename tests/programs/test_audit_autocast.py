@@ -129,6 +129,52 @@ def test_known_calls_audited_one_after_another_keep_their_own_sources():
         assert {f.kind for f in report.findings} <= {NC}, (act.__name__, str(report))
 
 
+_NOT_UNARY = {  # jax.nn names that are not an elementwise function of one array
+    "initializers",
+    "one_hot",
+    "dot_product_attention",
+    "scaled_matmul",
+    "scaled_dot_general",
+    "get_scaled_dot_general_config",
+    "glu",
+}
+_JNP_UNARY = (
+    "abs arccos arccosh arcsin arcsinh arctan arctanh cbrt ceil cos cosh deg2rad exp exp2 expm1 "
+    "fabs floor log log10 log1p log2 negative positive rad2deg reciprocal rint sign sin sinc sinh "
+    "sqrt square tan tanh trunc i0 nan_to_num real"
+).split()
+_SWEPT = [
+    *(f"jax.nn.{n}" for n in dir(jax.nn) if not n.startswith("_") and n not in _NOT_UNARY),
+    *(f"jnp.{n}" for n in _JNP_UNARY),
+]
+
+
+def test_every_activation_and_unary_function_audits_clean_under_autocast():
+    # the class behind the cases above: for each function, in one process and one after another,
+    # heddle.autodiff.grad(autocast(loss)) has no finding at all and autocast(loss) with its
+    # jax.grad backward only jax.grad's narrow cotangents (a shape of its own: helpers traced here)
+    from heddle import autodiff
+
+    w = jax.ShapeDtypeStruct((5, 17), BF)
+    x = jax.ShapeDtypeStruct((3, 5), BF)
+    bad = {}
+    for name in _SWEPT:
+        fn = getattr(jax.nn if name.startswith("jax.nn.") else jnp, name.rsplit(".", 1)[1])
+        if not callable(fn):
+            continue
+
+        def loss(w, x, fn=fn):
+            return jnp.mean(fn(x @ w).astype(F32) ** 2)
+
+        clean = audit(autodiff.grad(autocast(loss)), w, x)
+        vjp = audit(autocast(loss), w, x, include_backward=True)
+        found = [f.kind for f in clean.findings] + [f.kind for f in vjp.findings if f.kind != NC]
+        if found:
+            bad[name] = found
+    assert len(_SWEPT) > 60
+    assert bad == {}
+
+
 def _narrow_carry_scan(w, xs):
     def step(c, x):
         c = jnp.tanh(c @ w + x)
