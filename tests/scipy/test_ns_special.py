@@ -141,3 +141,39 @@ def test_expi_and_exp1_float32_edges_and_gradient(name):
         np.exp(v.astype(np.float64)) / v if name == "expi" else -np.exp(-v.astype(np.float64)) / v
     )
     assert _close(g, want, F32, 64).all()
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 3, 10, 5000])
+@pytest.mark.parametrize("d", [BF16, F16], ids=str)
+def test_expn_every_pattern_eagerly_in_seconds(n, d):
+    """JAX's expn runs its continued fraction on every element (minutes on the small ones, without
+    end on bfloat16's smallest); its E_n(0) for n >= 2 was 1/n and E_n(inf) NaN."""
+    x = _all_patterns(d)
+    hs.expn(n, x).block_until_ready()  # compiles
+    start = time.perf_counter()
+    out = hs.expn(n, x).block_until_ready()
+    assert time.perf_counter() - start < 30
+    assert out.dtype == d
+    with np.errstate(all="ignore"):
+        ref = sps.expn(n, x.astype(np.float64))
+    tiny = float(ml_dtypes.finfo(d).smallest_normal)
+    keep = _normal(x, d) & ~((ref != 0) & (np.abs(ref) < tiny))  # subnormal results flush too
+    ok = _close(out, ref, d, 1)
+    assert ok[keep].all(), (x[keep & ~ok][:10], np.asarray(out)[keep & ~ok][:10])
+
+
+def test_expn_float32_edges_and_gradient():
+    x = np.array([0.0, np.inf, -1.0, np.nan, 1e-30, 0.5, 1.0, 1.5, 20.0, 80.0], F32)
+    for n in (0, 1, 2, 3, 7, 60, 5000, 2.7):
+        with np.errstate(all="ignore"):
+            ref = sps.expn(int(n), x.astype(np.float64))  # scipy truncates a non-integer order
+        out = hs.expn(n, x)
+        flushed = (ref != 0) & (np.abs(ref) < np.finfo(F32).tiny)  # a subnormal result: XLA's 0
+        assert (_close(out, ref, F32, 64) | flushed).all(), (n, np.asarray(out), ref)
+    assert np.isnan(np.asarray(hs.expn(-1, np.float32(1.0))))
+    v = np.array([0.25, 0.75, 1.5, 30.0], F32)
+    for n in (0, 1, 3):
+        g = jax.grad(lambda t, n=n: hs.expn(n, t).sum())(v)
+        x64 = v.astype(np.float64)
+        want = -np.exp(-x64) * (x64 + 1) / x64**2 if n == 0 else -sps.expn(n - 1, x64)
+        assert _close(g, want, F32, 64).all(), (n, np.asarray(g), want)
