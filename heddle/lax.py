@@ -14,7 +14,11 @@ float32 copy, as ``reduce_max``/``reduce_min`` do, so their backward passes sum 
 ``reduce_max``/``reduce_min`` give NaN wherever the reduced slice holds one, on any sharding; the
 collective sums ``psum``, ``pmean`` and ``psum_scatter`` add each leaf in its accumulation dtype and
 round once, and so do their backward passes (under ``jax.vmap`` with an ``axis_name`` as well).
-Everything else is ``jax.lax``'s own object (see ``LAX_PASS`` in heddle/ops/_lax.py).
+The transcendental functions (``exp``, ``log``, ``sin``, ``asinh``, ``erf``, ``lgamma``, ... 33 of
+them; ``jax.lax``'s own evaluate them in the narrow dtype) compute a narrow float in float32 and
+round once, with heddle.numpy's formulas for ``exp2``, ``asin``, ``sinh``, ``cosh``, ``erf_inv``,
+``lgamma`` and ``digamma``. Everything else is ``jax.lax``'s own object (see ``LAX_PASS`` in
+heddle/ops/_lax.py).
 
 Examples:
   >>> import numpy as np, ml_dtypes

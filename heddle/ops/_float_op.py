@@ -101,6 +101,18 @@ def _template(args: Sequence[Any], kwargs: dict[str, Any]) -> tuple[tuple, list[
     return (targs, tkw), arrays
 
 
+def _static_key(v: Any) -> Any:
+    """A non-array argument as a kernel's cache key: numbers by type and value as written
+    (``0.0`` and ``-0.0``, ``1`` and ``1.0``, ``True`` and ``1`` are equal in Python, not here)."""
+    if isinstance(v, (tuple, list)):
+        return type(v), tuple(_static_key(x) for x in v)
+    if isinstance(v, np.generic):
+        return type(v), v.tobytes()
+    if isinstance(v, (bool, int, float, complex)):
+        return type(v), repr(v)
+    return v
+
+
 def _fill(template: tuple, arrays: Sequence[Any]) -> tuple[list[Any], dict[str, Any]]:
     it = iter(arrays)
     targs, tkw = template
@@ -205,7 +217,7 @@ def float_op(
         template, arrays = _template(new_args, new_kwargs)
         if any(isinstance(a, jax.core.Tracer) for a in arrays):
             return compute(new_args, new_kwargs, result, p)
-        key = (template, result, p, D.x64_enabled())
+        key = (_static_key(template), result, p, D.x64_enabled())
         try:
             kernel = kernels.get(key)
         except TypeError:  # an unhashable non-array argument: run op by op

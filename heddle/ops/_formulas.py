@@ -1045,5 +1045,29 @@ STATS = {"norm": {"logpdf": norm_logpdf}}
 """``heddle.scipy.stats.<dist>`` names, by distribution, computed by the formulas here instead of
 ``jax.scipy.stats``'."""
 
-LAX = {"lgamma": lgamma, "digamma": lax_digamma}
-"""``heddle.lax`` names computed by the formulas here (JAX's own pass through the narrow dtype)."""
+
+def _lax_exp2(x: ArrayLike, *, accuracy: Any = None) -> jax.Array:
+    """``heddle.lax.exp2``: ``exp2``'s formula; with an ``accuracy``, JAX's own (which takes one).
+
+    Args:
+      x: a float array.
+      accuracy: as for ``jax.lax.exp2``; None for heddle's formula.
+
+    Returns:
+      ``2**x`` in ``x``'s dtype.
+    """
+    return exp2(x) if accuracy is None else lax.exp2(x, accuracy=accuracy)
+
+
+_lax_exp2.__name__ = _lax_exp2.__qualname__ = "exp2"
+
+LAX = {
+    "lgamma": lgamma,
+    "digamma": lax_digamma,
+    "exp2": _lax_exp2,
+    "asin": asin,
+    "sinh": sinh,
+    "cosh": cosh,
+    "erf_inv": erfinv,
+}
+"""``heddle.lax`` names computed by the formulas here, as heddle.numpy's of the same function."""

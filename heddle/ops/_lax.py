@@ -15,6 +15,12 @@ reduce_min, cummax, cummin) copy values and pass through. The collective sums (`
 ``heddle.autocast`` does: a bfloat16 payload travels as float32 (twice the bytes; ``jax.lax.psum``
 itself is the narrow all-reduce, which the audit reports).
 
+The elementwise transcendental functions (``exp`` ... ``zeta``) compute a narrow float in float32 and
+round once, as heddle.numpy's do (``jax.lax``'s own run in the narrow dtype: ``lax.asinh`` of the
+bfloat16 0.0078125 is 0.00778, ``lax.expm1`` of the float16 2e-7 is 2.4e-7); ``exp2``, ``asin``,
+``sinh``, ``cosh``, ``erf_inv``, ``lgamma`` and ``digamma`` use heddle.numpy's formulas
+(heddle/ops/_formulas.py, ``LAX``).
+
 ``LAX`` classifies the names that have a policy version; every other name of ``jax.lax`` is
 re-exported unchanged by ``heddle.lax``.
 """
@@ -399,13 +405,20 @@ LAX: dict[str, tuple[str, str]] = {
         ("reduction", "accumulates in acc_dtype, rounded once; integers return acc_dtype"),
     ),
     "cumlogsumexp": ("float_only", "computed in float32 for narrow floats, rounded once"),
-    "logistic": ("elementwise", "computed in float32 for narrow floats, rounded once"),
+    # JAX's own evaluates these in the narrow dtype: lax.asinh(bfloat16 0.0078125) is 0.00778,
+    # lax.expm1(float16 2e-7) is 2.4e-7, lax.asin of the smallest normals is 0.
     **dict.fromkeys(
-        "lgamma digamma".split(),
+        "exp expm1 log log1p sqrt rsqrt cbrt sin cos tan acos atan atan2 tanh asinh acosh atanh "
+        "logistic erf erfc bessel_i0e bessel_i1e igamma igammac polygamma zeta".split(),
+        ("elementwise", "computed in float32 for narrow floats, rounded once"),
+    ),
+    **dict.fromkeys(
+        "exp2 asin sinh cosh erf_inv lgamma digamma".split(),
         (
             "elementwise",
             "computed in float32 for narrow floats by heddle's formula (heddle/ops/_formulas.py, "
-            "accurate near the zeros), rounded once",
+            "as heddle.numpy's: exact powers of two, no flushed tails, accurate near the zeros), "
+            "rounded once",
         ),
     ),
     **dict.fromkeys(
@@ -476,6 +489,13 @@ LAX_PASS: dict[str, str] = {
 }
 
 
+def _operands(fn: Callable[..., Any]) -> tuple[str, ...]:
+    """The value operands of an elementwise ``jax.lax`` function: its parameters without a default
+    (``x``; ``x`` and ``y`` of ``atan2``; ``a`` and ``x`` of ``igamma``)."""
+    ps = inspect.signature(fn).parameters.values()
+    return tuple(p.name for p in ps if p.default is inspect.Parameter.empty)
+
+
 def _doc(name: str, kind: str, how: str, jfn: Callable[..., Any]) -> str:
     return (
         f"heddle's policy version of ``jax.lax.{name}`` ({kind}).\n\n"
@@ -505,7 +525,7 @@ def build() -> dict[str, Any]:
             from heddle.ops import _formulas
             from heddle.ops._float_op import float_op
 
-            op = float_op(_formulas.LAX.get(name, jfn), f"lax.{name}")
+            op = float_op(_formulas.LAX.get(name, jfn), f"lax.{name}", values=_operands(jfn))
         elif kind == "float_only":
             op = _accumulating(jfn, name, OpClass.FLOAT_ONLY)
         elif kind == "selection":

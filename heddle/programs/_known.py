@@ -91,6 +91,7 @@ KNOWN_CALLS: tuple[Known, ...] = (
     Known("numpy.unwrap", scalars=("discont", "period")),
     # heddle's formulas (heddle/ops/_formulas.py), pi in sinc
     *_each("numpy.sinc numpy.i0 numpy.arcsin numpy.asin numpy.exp2 numpy.cosh numpy.sinh"),
+    *_each("lax.asin lax.exp2 lax.sinh lax.cosh lax.erf_inv"),
     # sqrt(2/pi) and 0.044715; 1/sqrt 2 (and heddle's tails)
     Known("nn.gelu", ((("approximate", True),), (("approximate", False),))),
     # the selu scale and alpha, 0.01, 1/6, b = 4 (and heddle's formulas)

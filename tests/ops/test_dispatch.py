@@ -31,6 +31,18 @@ def test_signed_zero_scalars_are_not_confused():
         assert np.signbit(np.asarray(hnp.multiply(a, -0.0), np.float32)).all()
 
 
+@pytest.mark.parametrize("order", [(0.0, -0.0), (-0.0, 0.0)], ids=["plus-first", "minus-first"])
+def test_signed_zero_hyper_parameters_do_not_share_a_kernel(order):
+    # a float_op's non-array arguments key its kernels: 0.0 == -0.0 in Python, not in its bits
+    import heddle.nn
+
+    x = jnp.asarray([-1.0, -2.0], BF16)
+    for slope in (*order, *order):
+        got = np.signbit(np.asarray(heddle.nn.leaky_relu(x, slope), np.float32))
+        want = np.signbit(np.float64(-1.0) * slope)  # float64: -1 * 0.0 = -0.0
+        assert (got == want).all(), (order, slope)
+
+
 def test_scalar_range_errors_every_time():
     a = jnp.zeros(3, jnp.uint8)
     assert hnp.add(a, 2).dtype == jnp.uint8  # the call shape is cached by now

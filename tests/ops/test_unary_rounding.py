@@ -137,6 +137,29 @@ SPECIAL_UNARY = (
 )
 REFERENCE.update({f"special.{n}": getattr(scipy.special, n) for n in SPECIAL_UNARY})
 
+# heddle.lax's elementwise functions of one array (jax.lax's own compute in the narrow dtype)
+_LAX_AS = {"asin": "arcsin", "acos": "arccos", "atan": "arctan", "asinh": "arcsinh",
+           "acosh": "arccosh", "atanh": "arctanh"}  # fmt: skip
+REFERENCE.update(
+    {
+        f"lax.{n}": REFERENCE[_LAX_AS.get(n, n)]
+        for n in "exp exp2 expm1 log log1p sqrt cbrt sin cos tan asin acos atan sinh cosh tanh "
+        "asinh acosh atanh".split()
+    }
+)
+REFERENCE.update(
+    {
+        "lax.rsqrt": lambda x: 1 / np.sqrt(x),
+        "lax.erf": scipy.special.erf,
+        "lax.erfc": scipy.special.erfc,
+        "lax.erf_inv": scipy.special.erfinv,
+        "lax.bessel_i0e": scipy.special.i0e,
+        "lax.bessel_i1e": scipy.special.i1e,
+        "lax.lgamma": scipy.special.gammaln,
+        "lax.digamma": scipy.special.digamma,
+    }
+)
+
 # Functions that float32 evaluation by JAX does not round correctly outside the tie band:
 # (name, dtype) -> measured count, documented in docs/ops.md. lgamma and digamma lose their
 # relative accuracy near their zeros (lgamma(1) is 4.8e-07, not 0) and digamma(0) is NaN, not -inf;
@@ -151,6 +174,11 @@ NOT_CORRECTLY_ROUNDED = {
     ("special.loggamma", "bfloat16"): 4,
     ("special.loggamma", "float16"): 41,
     ("special.log_ndtr", "bfloat16"): 50,
+    # JAX's conventions, kept by heddle.lax: lgamma(-inf) = inf, digamma(+-0) = NaN
+    ("lax.lgamma", "bfloat16"): 1,
+    ("lax.lgamma", "float16"): 1,
+    ("lax.digamma", "bfloat16"): 2,
+    ("lax.digamma", "float16"): 2,
 }
 
 # Ties rounded the other way beyond TIE_BOUND: i1(x) = x/2 + x^3/16 + ... for small float16 x sits
@@ -168,12 +196,14 @@ FLUSHED = {"exp2": 1, "arcsin": 256, "nn.silu": 9, "nn.mish": 9, "nn.gelu": 1, "
 # -0 in, +0 out where the reference keeps the sign: jax.nn's elu family (XLA folds its where into a
 # max) and relu6 (a clip at 0): one input each.
 ZERO_SIGN = {"nn.elu": 1, "nn.celu": 1, "nn.selu": 1, "nn.relu6": 1, "special.entr": 2,
-             "special.erfinv": 1, "special.i1": 1, "special.i1e": 1}  # fmt: skip
+             "special.erfinv": 1, "special.i1": 1, "special.i1e": 1, "lax.erf_inv": 1,
+             "lax.bessel_i1e": 1}  # fmt: skip
 
 # The functions whose float32 formula heddle replaces (heddle/ops/_formulas.py), lax.logistic (no
 # longer passed through in the narrow dtype), and one of each family.
 FAST = ["sinc", "i0", "sinh", "cosh", "nn.squareplus", "nn.gelu", "lax.logistic", "exp", "sin",
-        "special.i1", "special.log_ndtr", "special.erfcx", "special.erf"]  # fmt: skip
+        "special.i1", "special.log_ndtr", "special.erfcx", "special.erf", "lax.asinh", "lax.expm1",
+        "lax.exp2", "lax.asin"]  # fmt: skip
 
 
 def _function(name):
@@ -286,6 +316,14 @@ def test_the_sweep_covers_every_unary_float_function():
         for n in "fresnel sici softmax log_softmax exp1 expi spence polygamma".split()
     }
     assert special - left_out == {n for n in REFERENCE if n.startswith("special.")}
+    from heddle.ops import _lax
+
+    lax_unary = {
+        f"lax.{n}"
+        for n, (kind, _) in _lax.LAX.items()
+        if kind == "elementwise" and len(_lax._operands(getattr(jax.lax, n))) == 1
+    }
+    assert lax_unary == {n for n in REFERENCE if n.startswith("lax.")}
 
 
 # --- the listed cases, one by one --------------------------------------------------------------------
