@@ -46,12 +46,15 @@ HARD = (4096, 64 * 2**20)
 
 
 class _Batch:
-    """Recorded equations evaluated together, and the variables still read after them."""
+    """Recorded equations evaluated together, the recorder's constants they read (what a jaxpr's
+    ``constvars`` are: a known call reads a closed-over scalar from them) and the variables still
+    read after them."""
 
-    __slots__ = ("eqns", "outvars")
+    __slots__ = ("constvars", "eqns", "outvars")
 
-    def __init__(self, eqns: list[Any], outvars: list[Any]) -> None:
+    def __init__(self, eqns: list[Any], constvars: list[Any], outvars: list[Any]) -> None:
         self.eqns = eqns
+        self.constvars = constvars
         self.outvars = outvars
 
 
@@ -136,13 +139,15 @@ class Run:
                 )
                 for e in taken
             ]
-            self._constants(eqns)  # before their tracers go (a constant lives as long as it)
+            constvars = self._constants(
+                eqns
+            )  # before their tracers go (a constant lives as long as it)
             for e in taken:
                 e.in_tracers = []  # a live result no longer holds what it was computed from
             del taken
             with core.set_current_trace(self.parent):
                 try:
-                    self.ev.run(self.frame, _Batch(eqns, list(self.live)))
+                    self.ev.run(self.frame, _Batch(eqns, constvars, list(self.live)))
                 except BaseException as e:
                     self.failed = e
                     raise
@@ -153,12 +158,13 @@ class Run:
                 if v not in self.live:
                     self.frame.free(v)
 
-    def _constants(self, eqns: Sequence[Any]) -> None:
-        """Writes the recorder's constants that ``eqns`` read into the frame."""
-        for e in eqns:
-            for a in e.invars:
-                if isinstance(a, jcore.Var):
-                    self._constant(a)
+    def _constants(self, eqns: Sequence[Any]) -> list[Any]:
+        """Writes the recorder's constants that ``eqns`` read into the frame; returns them."""
+        consts = self.recorder.frame.constvar_to_val
+        read = {a: None for e in eqns for a in e.invars if isinstance(a, jcore.Var) and a in consts}
+        for a in read:
+            self._constant(a)
+        return list(read)
 
     def _constant(self, a: Any) -> None:
         """Writes ``a`` into the frame if it is a constant of the recorder the frame lacks."""

@@ -72,6 +72,7 @@ class Known:
     variants: tuple[tuple[tuple[str, Any], ...], ...] = ((),)
     scalars: tuple[str, ...] = ()
     rounded: bool = False
+    operand: str | None = None  # the input's parameter, where it is not the first (expn's x)
 
     def functions(self) -> tuple[Callable[..., Any], Callable[..., Any]]:
         return _resolve(f"jax.{self.name}"), _resolve(f"heddle.{self.name}")
@@ -130,6 +131,8 @@ KNOWN_CALLS: tuple[Known, ...] = (
         rounded=True,
     ),
     Known("scipy.stats.poisson.entropy", scalars=("loc",), rounded=True),
+    # an order that JAX rounds to the input's dtype, and JAX's E_n(0) and E_n(inf)
+    Known("scipy.special.expn", scalars=("n",), operand="x"),
 )
 """The known calls; ``docs/autocast.md`` gives the inputs each one changed."""
 
@@ -158,22 +161,30 @@ class _Candidate:
     kwargs: tuple[tuple[str, Any], ...]
     scalars: tuple[str, ...] = ()
     rounded: bool = False
+    operand: str | None = None
+
+    def call(self, fn: Callable[..., Any], x: Any, **more: Any) -> Any:
+        """``fn`` of the input ``x`` with the candidate's keyword arguments and ``more``."""
+        kw = {**dict(self.kwargs), **more}
+        return fn(x, **kw) if self.operand is None else fn(**{self.operand: x}, **kw)
 
     def traced(self, x: Any) -> Any:
-        return self.jax_fn(x, **dict(self.kwargs))
+        return self.call(self.jax_fn, x)
 
     def evaluate(self, x: Any) -> Any:
-        return self.heddle_fn(x, **dict(self.kwargs))
+        return self.call(self.heddle_fn, x)
 
     def given(self, values: dict[str, Any]) -> _Candidate:
         """The same function with ``values`` as further keyword arguments (and no scalars)."""
-        return _Candidate(self.jax_fn, self.heddle_fn, (*self.kwargs, *values.items()))
+        kw = (*self.kwargs, *values.items())
+        return _Candidate(self.jax_fn, self.heddle_fn, kw, operand=self.operand)
 
     @functools.cached_property
     def key(self) -> tuple:
         """What tells candidates apart: the functions and each argument by type and bits (``0.0``
         and ``-0.0``, ``1.0`` and ``float32(1.0)`` are equal in Python, not here)."""
-        return (self.jax_fn, self.heddle_fn, tuple((k, _value_key(v)) for k, v in self.kwargs))
+        kw = tuple((k, _value_key(v)) for k, v in self.kwargs)
+        return (self.jax_fn, self.heddle_fn, kw, self.operand)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, _Candidate) and self.key == other.key
@@ -204,7 +215,7 @@ def _candidates() -> tuple[_Candidate, ...]:
         for kw in known.variants:
             if (id(jfn), kw) not in seen:  # aliases (jax.nn.swish is jax.nn.silu) once
                 seen.add((id(jfn), kw))
-                out.append(_Candidate(jfn, hfn, kw, known.scalars, known.rounded))
+                out.append(_Candidate(jfn, hfn, kw, known.scalars, known.rounded, known.operand))
     return tuple(out)
 
 
@@ -614,8 +625,33 @@ _SENTINELS = (1.4453125, 1.7265625, 1.1796875)
 
 # A sentinel's place in a candidate's equations: (equation, operand), and whether JAX passed the
 # Python scalar on as it is there (a weak-typed operand: a jitted function's argument) or
-# converted it to the input's dtype (an inlined body's narrow literal).
-_Place = tuple[int, int, bool]
+# converted it to the input's dtype (an inlined body's narrow literal). The equation is a path:
+# its index, then (parameter, index) into the bodies of the equations that hold it (a
+# ``custom_jvp`` closes over its ``nondiff_argnums``: expn's order is a literal in its body).
+_Path = tuple[Any, ...]
+_Place = tuple[_Path, int, bool]
+
+
+def _equations(jaxpr: Any, path: _Path = ()) -> Iterator[tuple[_Path, Any]]:
+    """Every equation of ``jaxpr`` and of the bodies its equations hold, with its path."""
+    for e, eqn in enumerate(jaxpr.eqns):
+        here = (*path, e) if not path else (*path[:-1], (path[-1], e))
+        yield here, eqn
+        for name, body in eqn.params.items():
+            inner = getattr(body, "jaxpr", body)
+            if isinstance(inner, jcore.Jaxpr):
+                yield from _equations(inner, (*here, name))
+
+
+def _at(eqns: Sequence[Any], i: int, path: _Path) -> Any:
+    """The equation at ``path`` in ``eqns[i:]``; None where the program has none there."""
+    try:
+        eqn = eqns[i + path[0]]
+        for name, e in path[1:]:
+            eqn = getattr(eqn.params[name], "jaxpr", eqn.params[name]).eqns[e]
+    except (IndexError, KeyError, AttributeError):
+        return None
+    return eqn
 
 
 @dataclasses.dataclass(frozen=True)
@@ -633,9 +669,9 @@ def _template(c: _Candidate, names: tuple[str, ...], aval: _Aval) -> _Template |
     sentinels = dict(zip(names, _SENTINELS, strict=False))
 
     def make(spec: Any) -> _Template | None:
-        jaxpr = jax.make_jaxpr(lambda x: c.jax_fn(x, **dict(c.kwargs), **sentinels))(spec).jaxpr
+        jaxpr = jax.make_jaxpr(lambda x: c.call(c.jax_fn, x, **sentinels))(spec).jaxpr
         found: dict[str, list[_Place]] = {n: [] for n in names}
-        for e, eqn in enumerate(jaxpr.eqns):
+        for e, eqn in _equations(jaxpr):
             for k, a in enumerate(eqn.invars):
                 if not isinstance(a, jcore.Literal) or np.shape(a.val) != ():
                     continue
@@ -676,9 +712,10 @@ def _with_scalars(
             continue
         forms: list[tuple[Any, ...]] = []
         for _, places in t.places:
-            seen = [
-                _scalar(c, eqns[i + e], k, passed, aval, consts, frame) for e, k, passed in places
-            ]
+            at = [(_at(eqns, i, e), k, passed) for e, k, passed in places]
+            if any(eqn is None or k >= len(eqn.invars) for eqn, k, _ in at):
+                break
+            seen = [_scalar(c, eqn, k, passed, aval, consts, frame) for eqn, k, passed in at]
             read = [s for s in seen if s is not None]
             if len(read) < len(seen) or len({_value_key(s[0]) for s in read}) != 1:
                 break  # one cannot be read back, or they differ: not this subset
