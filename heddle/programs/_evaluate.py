@@ -281,7 +281,11 @@ _TIE_COUNTING = having(Fact.COUNTS_TIES)
 
 def _exact(ev: Evaluator, frame: Frame, eqn: Any, seg: int) -> None:
     tie = eqn.primitive.name in _TIE_COUNTING and is_narrow(dtype_of(eqn.invars[0]))
-    wide = tie or ev.shadowed(frame, eqn, seg)
+    shadowed = ev.shadowed(frame, eqn, seg)
+    if tie and not shadowed:
+        _selection(frame, eqn, seg)
+        return
+    wide = tie or shadowed
     if eqn.primitive.name in _nanprop.REDUCTIONS:
         _propagating(ev, frame, eqn, seg, wide)
         if wide:
@@ -294,6 +298,37 @@ def _exact(ev: Evaluator, frame: Frame, eqn: Any, seg: int) -> None:
     name = eqn.primitive.name
     if name in _COPYING and not eqn.primitive.multiple_results:
         _copying_twin(frame, eqn)
+
+
+def _selection(frame: Frame, eqn: Any, seg: int) -> None:
+    """A tie-counting selection (``reduce_max``, ``cummax``, ...) of a narrow operand whose float32
+    version is its exact twin: the same values, selected from the narrow operand (widening is exact
+    and monotone), so no float32 copy of the operand is computed for it (jax.nn.logsumexp's max),
+    with the derivative of the selection on the twin, whose tie count sums in float32. The
+    narrow operand's own tangent is the twin's, already counted: it is not read."""
+    (a,), (v,) = eqn.invars, eqn.outvars
+    params = eqn.primitive.get_bind_params(eqn.params)
+    name = eqn.primitive.name
+
+    def select(y: Any) -> Any:
+        bind = lambda z: eqn.primitive.bind(z, **params)
+        if name in _nanprop.REDUCTIONS:
+            return _nanprop.reduce(name, y, eqn.params["axes"], bind)
+        return bind(y)
+
+    @jax.custom_jvp
+    def selected(tw: Any, x: Any) -> Any:
+        return lax.convert_element_type(select(x), tw.dtype)
+
+    @functools.partial(selected.defjvp, symbolic_zeros=True)
+    def _(primals: tuple[Any, Any], tangents: tuple[Any, Any]) -> tuple[Any, Any]:
+        tw, t = primals[0], tangents[0]
+        if isinstance(t, SymbolicZero):
+            out = selected(*primals)
+            return out, lax.zeros_like_array(out)  # type: ignore[attr-defined]
+        return jax.jvp(select, (tw,), (t,))
+
+    frame.write_rounded(v, selected(frame.wide(a, seg), frame.read(a)), seg)
 
 
 def _propagating(ev: Evaluator, frame: Frame, eqn: Any, seg: int, wide: bool) -> None:
