@@ -3,7 +3,9 @@
 The default run keeps every test case that took at most ``--seconds`` (1.0 by default) in a timed
 run of it, and, of each test function whose cases all took longer, its cheapest case: every check
 runs in the default run at least once, and its longer cases in the slow run. ``tests/conftest.py``
-marks the listed cases ``slow`` at collection.
+marks the listed cases ``slow`` at collection. A case already listed that the timed run did not run
+(the default run leaves it out) stays listed, with the seconds it was listed with; one it ran is
+decided again.
 
 Usage (a timed run of the default suite, then this script)::
 
@@ -23,7 +25,8 @@ LIST = pathlib.Path(__file__).with_name("slow_cases.txt")
 HEADER = """\
 # Test cases the default run leaves to `pytest -m slow` (tests/conftest.py marks them), with the
 # seconds each took in the timed run this list was made from. Made by tests/_slow_cases.py:
-# every case over {seconds} s, except the cheapest case of each test function, which stays.
+# every case over {seconds} s, except the cheapest case of each test function, which stays;
+# cases listed before that the timed run left out stay, with their earlier seconds.
 """
 
 
@@ -50,15 +53,29 @@ def slow_cases(times: dict[str, float], seconds: float) -> dict[str, float]:
     return out
 
 
+def listed() -> dict[str, float]:
+    """Node id -> seconds, of the cases ``slow_cases.txt`` lists now."""
+    if not LIST.exists():
+        return {}
+    lines = [line.split(None, 1) for line in LIST.read_text().splitlines()]
+    return {node: float(t) for t, node in (x for x in lines if x and not x[0].startswith("#"))}
+
+
+def merged(before: dict[str, float], times: dict[str, float], seconds: float) -> dict[str, float]:
+    """The cases ``before`` listed that ``times`` did not run, and ``slow_cases(times, seconds)``."""
+    kept = {node: t for node, t in before.items() if node not in times}
+    return {**kept, **slow_cases(times, seconds)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("junit", type=pathlib.Path)
     parser.add_argument("--seconds", type=float, default=1.0)
     parser.add_argument("--about", default="", help="a line on the timed run (machine, load)")
     args = parser.parse_args()
-    cases = slow_cases(timings(args.junit), args.seconds)
+    cases = merged(listed(), timings(args.junit), args.seconds)
     lines = [f"{t:7.2f}  {node}" for node, t in sorted(cases.items())]
-    about = f"# The timed run: {args.about}\n" if args.about else ""
+    about = f"# The latest timed run: {args.about}\n" if args.about else ""
     LIST.write_text(HEADER.format(seconds=args.seconds) + about + "\n".join(lines) + "\n")
     print(f"{len(cases)} cases, {sum(cases.values()) / 60:.1f} min of the timed run -> {LIST}")
 

@@ -33,6 +33,22 @@ def test_the_cheapest_case_of_each_function_stays_and_longer_ones_move():
     }
 
 
+def test_a_case_listed_before_stays_unless_the_timed_run_ran_it():
+    before = {"tests/a.py::test_f[x]": 5.0, "tests/a.py::test_f[y]": 3.0}
+    # a default run leaves the listed ones out; a run with -m '' times them again
+    times = {
+        "tests/a.py::test_f[z]": 0.5,
+        "tests/a.py::test_g[x]": 2.0,
+        "tests/a.py::test_g[y]": 0.1,
+    }
+    assert slow.merged(before, times, 1.0) == {**before, "tests/a.py::test_g[x]": 2.0}
+    rerun = {**times, "tests/a.py::test_f[x]": 0.4, "tests/a.py::test_f[y]": 3.0}
+    assert slow.merged(before, rerun, 1.0) == {
+        "tests/a.py::test_f[y]": 3.0,
+        "tests/a.py::test_g[x]": 2.0,
+    }
+
+
 def test_every_listed_case_names_a_test_function_of_its_file():
     listed = [
         line.split(None, 1)[1]
