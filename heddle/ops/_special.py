@@ -26,7 +26,7 @@ import jax.scipy.stats as _jst
 import numpy as np
 from jax import lax
 
-from heddle.ops import _formulas
+from heddle.ops import _formulas, _logprob
 from heddle.ops._float_op import float_op
 from heddle.policy import _dtypes as D
 from heddle.policy._policy import active
@@ -351,7 +351,7 @@ def build_stats(dist: str) -> dict[str, Any]:
         if not callable(jfn):
             continue
         first = next(iter(inspect.signature(jfn).parameters))
-        fn = _formulas.STATS.get(dist, {}).get(name, jfn)
+        fn = _logprob.STATS.get(dist, {}).get(name, jfn)
         op = float_op(fn, f"scipy.stats.{dist}.{name}", values=(first, *STATS[dist]))
         op.__doc__ = _doc(f"scipy.stats.{dist}.{name}", jfn)
         names[name] = op

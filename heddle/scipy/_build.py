@@ -17,6 +17,7 @@ from typing import Any
 
 import jax.scipy.stats as _jst
 
+from heddle.ops import _logprob
 from heddle.ops._float_op import float_op
 from heddle.policy._rules import OpClass
 from heddle.scipy import _own, _table
@@ -68,9 +69,15 @@ def doc(qualname: str, how: str, jobj: Any) -> str:
     )
 
 
-def _compute(jfn: Callable[..., Any], qualname: str, rule: Compute) -> Callable[..., Any]:
+def _compute(
+    jfn: Callable[..., Any],
+    qualname: str,
+    rule: Compute,
+    fn: Callable[..., Any] | None = None,
+) -> Callable[..., Any]:
+    """JAX's ``jfn`` (or heddle's formula ``fn`` of it) under ``rule``, with ``jfn``'s docs."""
     op = float_op(
-        jfn,
+        jfn if fn is None else fn,
         qualname,
         op_class=rule.op_class,
         values=rule.values,
@@ -129,7 +136,8 @@ def distribution(dist: str) -> dict[str, Any]:
             continue
         values = tuple(n for n in inspect.signature(jfn).parameters if n in known)
         rule = Compute(values, matmul=dist in _table.DISTRIBUTION_MATMUL)
-        names[name] = _compute(jfn, f"scipy.stats.{dist}.{name}", rule)
+        own = _logprob.STATS.get(dist, {}).get(name)
+        names[name] = _compute(jfn, f"scipy.stats.{dist}.{name}", rule, own)
     return names
 
 

@@ -73,11 +73,18 @@ def main() -> None:
         "amin": (hnp.amin, np.amin),
         "nanmax": (hnp.nanmax, np.nanmax),
         "nanmin": (hnp.nanmin, np.nanmin),
+        "ptp": (hnp.ptp, np.ptp),
         "autocast_max": (None, np.max),
         "autocast_min": (None, np.min),
     }
     fns = {}
+
+    def takes(oname: str, kw: dict) -> bool:  # ptp has no initial= or where=
+        return oname != "ptp" or not ({"initial", "where"} & set(kw))
+
     for (oname, (hfn, _)), (kname, kw) in itertools.product(ops.items(), kwsets.items()):
+        if not takes(oname, kw):
+            continue
         if oname.startswith("autocast"):
             jfn = jnp.max if oname.endswith("max") else jnp.min
 
@@ -89,7 +96,7 @@ def main() -> None:
                 return hfn(v, **kw)
 
         fns[oname, kname] = (f, jax.jit(f))
-    every_dtype = {"max", "nanmin", "autocast_max"}
+    every_dtype = {"max", "nanmin", "ptp", "autocast_max"}
     # --quick (the default suite): two of the shardings and two dtypes, every input and op; each
     # new sharding and dtype compiles every function again, which is what the full run pays for
     meshes, dtypes = _meshes(), DTYPES
@@ -103,7 +110,7 @@ def main() -> None:
         x = jax.device_put(jnp.asarray(x64.astype(dt)), sh)
         exact = np.asarray(x).astype(np.float64)
         for (oname, (_, nfn)), (kname, kw) in itertools.product(ops.items(), kwsets.items()):
-            if dname != "float32" and oname not in every_dtype:
+            if (dname != "float32" and oname not in every_dtype) or not takes(oname, kw):
                 continue
             with np.errstate(invalid="ignore"), warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # NumPy's all-NaN slice warning

@@ -32,6 +32,7 @@ import heddle.numpy as hnp
 import heddle.scipy.special as hss
 import heddle.scipy.stats as hst
 from heddle.ops import _formulas
+from heddle.policy import PromotionError
 
 _C = math.sqrt(2 / math.pi)
 _SPACES = {"numpy": (hnp, jnp), "nn": (hnn, jax.nn), "special": (hss, jss)}
@@ -208,3 +209,13 @@ def test_formula_itself_defers_for_complex(name, public, own):
             formula(z)
         return
     assert _same(formula(z), own(z)).all(), name
+
+
+def test_a_complex_hyper_parameter_is_refused_clearly(transform):
+    # squareplus's b is a hyper-parameter, computed with at float32 (heddle/ops/_nn.py): a complex
+    # one is refused, naming the part to take, where JAX computes a complex squareplus
+    x, b = np.float32(-1.0), np.complex64(4 + 1j)
+    with pytest.raises(PromotionError, match="imaginary part"):
+        transform(hnn.squareplus)(x, b)
+    with jax.numpy_dtype_promotion("standard"):
+        assert np.iscomplexobj(np.asarray(jax.nn.squareplus(x, b)))
