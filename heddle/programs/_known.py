@@ -219,6 +219,42 @@ def _candidates() -> tuple[_Candidate, ...]:
     return tuple(out)
 
 
+@functools.cache
+def _vmapped(c: _Candidate, k: int) -> _Candidate:
+    """``c`` under ``k`` ``jax.vmap``s over leading axes: what ``jax.vmap(jax.nn.selu)(x)`` (or a
+    function calling ``jax.nn.selu`` under ``jax.vmap``, equinox's ``jax.vmap(model)``) traces to,
+    evaluated as heddle's function under the same ``vmap``s."""
+    jfn, hfn = c.traced, c.evaluate
+    for _ in range(k):
+        jfn, hfn = jax.vmap(jfn), jax.vmap(hfn)
+    return _Candidate(jfn, hfn, ())
+
+
+@functools.cache
+def _batched_looks() -> list[tuple[_Candidate, _Look | None]]:
+    """Every candidate with the look of its first equation under ``jax.vmap`` (a jitted or
+    custom-derivative function's own look; a Python function's traced once, on bfloat16)."""
+    out: list[tuple[_Candidate, _Look | None]] = []
+    for group in _by_entry().values():
+        for c, look in group:
+            if look is None:
+                t = _trace(_vmapped(c, 1), ((2, 2), _BFLOAT16, False))
+                if t is None:
+                    continue
+                look = _look(t.jaxpr.jaxpr.eqns[0])
+            out.append((c, look))
+    return out
+
+
+def _batching(entry: Any) -> bool:
+    """Whether a call's entry is a frame of JAX's batching (``jax.vmap``): the traceback of an
+    equation traced under ``vmap`` ends there, not at the JAX function the caller called."""
+    return getattr(entry, "co_filename", "").endswith(_BATCHING_FILE)
+
+
+_BATCHING_FILE = "/interpreters/batching.py"
+
+
 # -- what a candidate traces to ---------------------------------------------------------------------
 
 _Aval = tuple[tuple[int, ...], np.dtype, bool]
@@ -568,6 +604,9 @@ def calls(
         return None
     entry = key[0]
     group = _by_entry().get(entry)
+    batched = group is None and _batching(entry)
+    if batched:  # under jax.vmap: every candidate, by the look of its first batched equation
+        group = _batched_looks()
     if group is None:
         return None
     found: list[Call] = []
@@ -580,6 +619,13 @@ def calls(
         look = _look(eqns[i])
         here = [c for c, want in group if want is None or want == look]
         hit = None
+        if batched:
+            hit = _batched(here, aval, jaxpr, i, end, x, frame)
+            if hit is None:
+                return None
+            found.append(hit)
+            i += hit.size
+            continue
         for c in here:
             hit = _recognise(c, _trace(c, aval), entry, jaxpr, i, end, x, frame)
             if hit is not None:
@@ -597,6 +643,24 @@ def calls(
         found.append(hit)
         i += hit.size
     return end, found
+
+
+def _batched(
+    here: Sequence[_Candidate], aval: _Aval, jaxpr: Any, i: int, end: int, x: Any, frame: Frame
+) -> Call | None:
+    """The call of a candidate under one or two ``jax.vmap``s over leading axes that
+    ``jaxpr.eqns[i:]`` begins with (its entry is a batching frame, whichever vmap made it, so
+    candidates are not told apart by it): the longest (``cauchy.logcdf``, not the ``cauchy.cdf``
+    its equations begin with)."""
+    best: Call | None = None
+    for c in here:
+        for k in range(1, min(len(aval[0]), 2) + 1):
+            vc = _vmapped(c, k)
+            t = _trace(vc, aval)
+            hit = None if t is None else _recognise(vc, t, t.entry, jaxpr, i, end, x, frame)
+            if hit is not None and (best is None or hit.size > best.size):
+                best = hit
+    return best
 
 
 def _recognise(
