@@ -132,6 +132,17 @@ class Evaluator:
         self._last_key = self.sites.site(eqn.source_info.traceback).key
         return seg
 
+    def position(self) -> tuple[int, Any]:
+        """Where evaluation is: the current segment and the call key it belongs to."""
+        return self.segment, self._last_key
+
+    def restore(self, position: tuple[int, Any]) -> int:
+        """Returns to ``position`` (``position()``) after an equation's bodies ran, each in segments
+        of their own: as ``resume``, also for an equation of a library body (``xlogy`` inside
+        ``_xlogx``), whose own key says nothing of the call it continues. Returns the segment."""
+        self.segment, self._last_key = position
+        return self.segment
+
     def segment_of(self, eqn: Any) -> int | None:
         """The current segment if it belongs to ``eqn``'s call, else None."""
         key = self.sites.site(eqn.source_info.traceback).key

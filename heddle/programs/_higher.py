@@ -336,6 +336,11 @@ def _custom_call(ev: Any, eqn: Any) -> tuple[dict[str, Any], int, Any]:
 def _custom_jvp(ev: Any, frame: Frame, eqn: Any) -> None:
     from jax._src.custom_derivatives import SymbolicZero
 
+    ins = [i for i, v in enumerate(eqn.invars) if is_narrow(dtype_of(v))]
+    outs = [j for j, v in enumerate(eqn.outvars) if is_narrow(dtype_of(v))]
+    if (ins or outs) and ev.in_library_call(eqn):
+        _library_custom_jvp(ev, frame, eqn, ins, outs)
+        return
     params, num_consts, fun = _custom_call(ev, eqn)
     jvp_jaxpr_fun = eqn.params["jvp_jaxpr_fun"]
 
@@ -356,6 +361,64 @@ def _custom_jvp(ev: Any, frame: Frame, eqn: Any) -> None:
 
     params["subfuns"] = (fun, lu.wrap_init(jvp, debug_info=jvp_jaxpr_fun.debug_info))
     _write_outs(frame, eqn, eqn.primitive.bind(*map(frame.read, eqn.invars), **params))
+
+
+def _library_custom_jvp(ev: Any, frame: Frame, eqn: Any, ins: list[int], outs: list[int]) -> None:
+    """A custom_jvp function inside one library call (``xlogy`` inside ``rel_entr``, a
+    distribution's log density; ``jax.nn.relu``): one op with the rest of that call, as a library
+    ``cond`` is. Its narrow float operands enter at the call's float32 values and its narrow results
+    keep theirs (rounded once, where the call's results are); its derivative rule is evaluated the
+    same way, its narrow tangents at float32. Before, each such function rounded its results to
+    the narrow dtype before the call's next operation read them."""
+    from jax._src.custom_derivatives import SymbolicZero
+
+    here = ev.position()
+    seg = here[0]
+    call, num_consts = eqn.params["call_jaxpr"], eqn.params["num_consts"]
+    jvp_jaxpr_fun = eqn.params["jvp_jaxpr_fun"]
+    params = eqn.primitive.get_bind_params(eqn.params)
+    n_out = len(eqn.outvars)
+
+    def fun(*vals: Any) -> list[Any]:
+        return _carrying_body(ev, eqn, call, list(vals), ins, outs)
+
+    def jvp(*xs: Any) -> list[Any]:
+        n = len(xs) // 2
+        primals, tangents = xs[num_consts:n], xs[n + num_consts :]
+        zeros = [type(t) is SymbolicZero for t in tangents]
+        jvp_jaxpr, jvp_consts, out_zeros = jvp_jaxpr_fun.call_wrapped(*zeros)
+        given = [k for k, z in enumerate(zeros) if not z]
+        wide = [k for k in range(len(primals)) if k + num_consts in ins]
+        wide += [len(primals) + m for m, k in enumerate(given) if k + num_consts in ins]
+        moving = [j for j, z in enumerate(out_zeros) if not z]
+        wide_out = [*outs, *(n_out + m for m, j in enumerate(moving) if j in outs)]
+        jaxpr = getattr(jvp_jaxpr, "jaxpr", jvp_jaxpr)
+        closed = _core.ClosedJaxpr(jaxpr, jvp_consts)
+        out = _carrying_body(
+            ev, eqn, closed, [*primals, *(tangents[k] for k in given)], wide, wide_out
+        )
+        out_primals, nz_tangents = out[:n_out], iter(out[n_out:])
+        out_tangents = [
+            SymbolicZero(_core.typeof(p).to_tangent_aval()) if z else next(nz_tangents)
+            for p, z in zip(out_primals, out_zeros, strict=True)
+        ]
+        return [*out_primals, *out_tangents]
+
+    params["subfuns"] = (
+        lu.wrap_init(fun, debug_info=call.jaxpr.debug_info),
+        lu.wrap_init(jvp, debug_info=jvp_jaxpr_fun.debug_info),
+    )
+    operands = list(map(frame.read, eqn.invars))
+    for i in ins:
+        d = ev.acc(dtype_of(eqn.invars[i]))
+        operands[i] = _convert_element_type(frame.wide(eqn.invars[i], seg), d, weak_type=False)
+    results = eqn.primitive.bind(*operands, **params)
+    after = ev.restore(here)
+    for j, (v, x) in enumerate(zip(eqn.outvars, results, strict=True)):
+        if j in outs:
+            frame.write_rounded(v, x, after)
+        else:
+            frame.write(v, x)
 
 
 def _custom_vjp(ev: Any, frame: Frame, eqn: Any) -> None:

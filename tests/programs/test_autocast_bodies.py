@@ -12,6 +12,9 @@ import pytest
 from jax import lax
 
 import heddle
+import heddle.numpy as hnp
+import heddle.scipy.special
+import heddle.scipy.stats
 
 E8M0 = jnp.float8_e8m0fnu
 
@@ -229,3 +232,67 @@ def test_a_calls_helper_bodies_keep_its_float32_intermediates(case, dt):
     got = jax.jit(heddle.autocast(jax_fn))(*args)
     want = jax.jit(heddle_fn)(*args)
     np.testing.assert_array_equal(_bits(got), _bits(want))
+
+
+# -- custom_jvp functions inside one library call ---------------------------------------------------
+# ``xlogy`` inside ``rel_entr``, ``_xlogx`` around it, the custom_jvp pieces of scipy.stats' log
+# densities: one op with the rest of the call, their results kept at float32 until the call's
+# output. Before, each rounded its result first: bfloat16 / float16 inputs (of 65,536) that differed
+# from heddle's namespace: rel_entr 6,511 / 6,002, kl_div 3,551 / 4,570, gamma.logpdf(x, 2.5)
+# 5,362 / 5,835, poisson.logpmf 5,203 / 4,604; jax.grad of logaddexp 801 / 5,121.
+
+BF16, F16 = np.dtype(ml_dtypes.bfloat16), np.dtype(np.float16)
+
+
+def _patterns(dtype):
+    return np.arange(2**16, dtype=np.uint16).view(dtype)
+
+
+def _differing(got, want):
+    got, want = np.asarray(got), np.asarray(want)
+    assert got.dtype == want.dtype
+    bad = got.view(np.uint16) != want.view(np.uint16)
+    with np.errstate(invalid="ignore"):
+        bad &= ~(np.isnan(got.astype(np.float32)) & np.isnan(want.astype(np.float32)))
+    return int(bad.sum())
+
+
+_TWO = {
+    "rel_entr": (jax.scipy.special.rel_entr, lambda: heddle.scipy.special.rel_entr),
+    "kl_div": (jax.scipy.special.kl_div, lambda: heddle.scipy.special.kl_div),
+}
+_ONE = {
+    "gamma.logpdf": (
+        lambda v: jax.scipy.stats.gamma.logpdf(v, 2.5),
+        lambda v: heddle.scipy.stats.gamma.logpdf(v, 2.5),
+    ),
+    "poisson.logpmf": (
+        lambda v: jax.scipy.stats.poisson.logpmf(v, 3.0),
+        lambda v: heddle.scipy.stats.poisson.logpmf(v, 3.0),
+    ),
+}
+
+
+@pytest.mark.parametrize("dtype", [BF16, F16], ids=["bfloat16", "float16"])
+@pytest.mark.parametrize("name", sorted(_TWO))
+def test_custom_jvp_pieces_of_a_call_of_two_arrays_are_heddles(name, dtype):
+    x = _patterns(dtype)
+    y = np.random.default_rng(0).permutation(x)
+    jfn, hfn = _TWO[name][0], _TWO[name][1]()
+    assert _differing(jax.jit(heddle.autocast(jfn))(x, y), jax.jit(hfn)(x, y)) == 0
+
+
+@pytest.mark.parametrize("dtype", [BF16, F16], ids=["bfloat16", "float16"])
+@pytest.mark.parametrize("name", sorted(_ONE))
+def test_custom_jvp_pieces_of_a_log_density_are_heddles(name, dtype):
+    x = _patterns(dtype)
+    jfn, hfn = _ONE[name]
+    assert _differing(jax.jit(heddle.autocast(jfn))(x), jax.jit(hfn)(x)) == 0
+
+
+def test_jax_grad_of_a_custom_jvp_call_is_heddles():
+    x = _patterns(BF16)
+    x = x[np.isfinite(x.astype(np.float32))]
+    y = np.random.default_rng(1).permutation(x)
+    got = jax.jit(jax.vmap(jax.grad(heddle.autocast(jnp.logaddexp))))(x, y)
+    assert _differing(got, jax.jit(jax.vmap(jax.grad(hnp.logaddexp)))(x, y)) == 0
