@@ -110,7 +110,12 @@ KNOWN_CALLS: tuple[Known, ...] = (
         "scipy.special.gamma lax.lgamma lax.digamma"
     ),
     # counts and divisors built in the input dtype: N - 1 of cov (and corrcoef), logmeanexp's N
-    *_each("numpy.cov numpy.corrcoef nn.logmeanexp"),
+    *_each("numpy.corrcoef nn.logmeanexp"),
+    # cov's divisor N - ddof, for each of its common arguments
+    Known(
+        "numpy.cov",
+        ((), (("ddof", 0),), (("bias", True),), (("ddof", 2),), (("rowvar", False),)),
+    ),
     # two outputs: a narrow one computed in float32 as a whole (sici's series, frexp's subnormals)
     *_each("scipy.special.sici numpy.frexp"),
     # log(2 pi) (and heddle's logpdf), the logistic's constants
@@ -629,6 +634,8 @@ def calls(
         for c in here:
             hit = _recognise(c, _trace(c, aval), entry, jaxpr, i, end, x, frame)
             if hit is not None:
+                if _ambiguous(c, here, aval, entry, jaxpr, i, end, x, frame):
+                    return None
                 break
         else:
             for c in here:
@@ -643,6 +650,37 @@ def calls(
         found.append(hit)
         i += hit.size
     return end, found
+
+
+def _ambiguous(
+    c: _Candidate,
+    here: Sequence[_Candidate],
+    aval: _Aval,
+    entry: Any,
+    jaxpr: Any,
+    i: int,
+    end: int,
+    x: Any,
+    frame: Frame,
+) -> bool:
+    """Whether another variant of ``c``'s function traces to the same equations on ``aval``: a
+    constant JAX built in the input dtype can hide the argument that made it (``jnp.cov`` of a
+    float16 ``(16, 3000)`` input divides by 3000 for ``ddof=1`` and ``ddof=0`` alike: 2999 is no
+    float16), and the call is then not known, evaluated primitive by primitive."""
+    others = [o for o in here if o.jax_fn is c.jax_fn and o != c]
+    mine = _heddle_text(c, aval)
+    return any(
+        _recognise(o, _trace(o, aval), entry, jaxpr, i, end, x, frame) is not None
+        and _heddle_text(o, aval) != mine  # ``bias=True`` is ``ddof=0``: not ambiguous
+        for o in others
+    )
+
+
+def _heddle_text(c: _Candidate, aval: _Aval) -> str | None:
+    """heddle's function of ``c`` traced on ``aval``, as text (two variants that compute alike
+    print alike), or None."""
+    closed = _heddle_jaxpr(c, jax.ShapeDtypeStruct(*aval[:2], weak_type=aval[2]))
+    return None if closed is None else str(closed)
 
 
 def _batched(
