@@ -75,6 +75,22 @@ def _write_outs(frame: Frame, eqn: Any, outs: Sequence[Any]) -> None:
         frame.write(v, x)
 
 
+def _write_wide(frame: Frame, eqn: Any, outs: Sequence[Any], wide: list[int], seg: int) -> None:
+    """``eqn``'s results ``outs``: those at ``wide`` computed at float32 inside one library call,
+    rounded once (their float32 values readable by the call's equations in ``seg``), the others
+    as they are."""
+    for j, (v, x) in enumerate(zip(eqn.outvars, outs, strict=True)):
+        if j in wide:
+            frame.write_rounded(v, x, seg)
+        else:
+            frame.write(v, x)
+
+
+def _wide_operand(ev: Any, frame: Frame, atom: Any, seg: int) -> Any:
+    """A narrow float operand at the library call's float32 value (its shadow, or exact twin)."""
+    return _convert_element_type(frame.wide(atom, seg), ev.acc(dtype_of(atom)), weak_type=False)
+
+
 def _inline(ev: Any, frame: Frame, eqn: Any, closed: Any) -> None:
     """``closed`` (a ClosedJaxpr, or an open Jaxpr without constants) evaluated into ``frame``: the
     body's equations are the outer ones (values, twins and shadows cross the call)."""
@@ -192,11 +208,7 @@ def _scan(ev: Any, frame: Frame, eqn: Any) -> None:
         _write_outs(frame, eqn, outs)
         return
     after = ev.resume(seg, eqn)  # the call's next equations read the unrounded carries
-    for j, (v, x) in enumerate(zip(eqn.outvars, outs, strict=True)):
-        if j in out_carried:
-            frame.write_rounded(v, x, after)
-        else:
-            frame.write(v, x)
+    _write_wide(frame, eqn, outs, out_carried, after)
 
 
 def _carrying_body(
@@ -276,8 +288,7 @@ def _linear_solve(ev: Any, frame: Frame, eqn: Any) -> None:
     operands = list(map(frame.read, eqn.invars))
     for k, is_n in enumerate(narrow):
         if is_n:
-            d = ev.acc(dtype_of(eqn.invars[k]))
-            operands[k] = _convert_element_type(frame.wide(eqn.invars[k], seg), d)
+            operands[k] = _wide_operand(ev, frame, eqn.invars[k], seg)
     params = eqn.primitive.get_bind_params(dict(p, jaxprs=type(jaxprs)(*wide_jaxprs)))
     outs = eqn.primitive.bind(*operands, **params)
     after = ev.resume(seg, eqn)
@@ -312,16 +323,10 @@ def _cond(ev: Any, frame: Frame, eqn: Any) -> None:
     wide = tuple(_wide_jaxpr(ev, eqn, b, ins, outs) for b in branches)
     operands = list(map(frame.read, eqn.invars))
     for i in ins:
-        d = ev.acc(dtype_of(ops[i]))
-        operands[1 + i] = _convert_element_type(frame.wide(ops[i], seg), d)
+        operands[1 + i] = _wide_operand(ev, frame, ops[i], seg)
     params = eqn.primitive.get_bind_params(dict(eqn.params, branches=wide))
     results = eqn.primitive.bind(*operands, **params)
-    after = ev.resume(seg, eqn)
-    for j, (v, x) in enumerate(zip(eqn.outvars, results, strict=True)):
-        if j in outs:
-            frame.write_rounded(v, x, after)
-        else:
-            frame.write(v, x)
+    _write_wide(frame, eqn, results, outs, ev.resume(seg, eqn))
 
 
 def _custom_call(ev: Any, eqn: Any) -> tuple[dict[str, Any], int, Any]:
@@ -410,15 +415,9 @@ def _library_custom_jvp(ev: Any, frame: Frame, eqn: Any, ins: list[int], outs: l
     )
     operands = list(map(frame.read, eqn.invars))
     for i in ins:
-        d = ev.acc(dtype_of(eqn.invars[i]))
-        operands[i] = _convert_element_type(frame.wide(eqn.invars[i], seg), d, weak_type=False)
+        operands[i] = _wide_operand(ev, frame, eqn.invars[i], seg)
     results = eqn.primitive.bind(*operands, **params)
-    after = ev.restore(here)
-    for j, (v, x) in enumerate(zip(eqn.outvars, results, strict=True)):
-        if j in outs:
-            frame.write_rounded(v, x, after)
-        else:
-            frame.write(v, x)
+    _write_wide(frame, eqn, results, outs, ev.restore(here))
 
 
 def _custom_vjp(ev: Any, frame: Frame, eqn: Any) -> None:
