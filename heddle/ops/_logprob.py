@@ -17,7 +17,8 @@ range, so a bfloat16 input computed in float32 meets it:
   ``a log y - y - lgamma(a)`` (``a log y + b log(1 - y) - log B(a, b)``), which does not.
 
 Each function returns JAX's own value wherever that is finite or the replacement is not (NaN for
-invalid parameters, -inf where the probability is 0), so nothing else changes. Inputs below
+invalid parameters, -inf where the probability is 0); each side is computed on a safe input where
+the other is taken (``_tail``), so a derivative of the unused side never makes a gradient NaN. Inputs below
 float32's smallest normal (bfloat16 subnormals) read as 0 in XLA's float32 arithmetic on CPU and
 are not handled here.
 """
@@ -45,9 +46,35 @@ def _as(plain: jax.Array, *args: ArrayLike) -> list[jax.Array]:
     return [jnp.asarray(a, plain.dtype) for a in args]
 
 
-def _where_inf(plain: jax.Array, wide: jax.Array, where: Any = True) -> jax.Array:
-    """``plain``, except where it is infinite, ``where`` holds and ``wide`` is finite."""
-    return jnp.where(jnp.isinf(plain) & jnp.isfinite(wide) & where, wide, plain)
+def _tail(
+    jfn: Callable[..., jax.Array],
+    wide: Callable[..., jax.Array],
+    x: ArrayLike,
+    shape: tuple[ArrayLike, ...],
+    loc: ArrayLike,
+    scale: ArrayLike,
+    where: Callable[..., jax.Array] | None = None,
+    safe: Callable[..., Any] = lambda *shape: 1.0,
+) -> jax.Array:
+    """JAX's ``jfn(x, *shape, loc, scale)``, except where it is infinite and heddle's
+    ``wide(z, x, loc, scale, *shape)`` of the standardised ``z = (x - loc) / scale`` is finite (and
+    ``where(z, scale, *shape)`` holds). Each side is computed on an input where the other is taken
+    replaced by the standardised point ``safe(*shape)``, so that neither's derivative there (a log
+    of 0, an overflow: a NaN times the zero cotangent ``where`` gives it is NaN) reaches the
+    gradient."""
+    plain = jfn(x, *shape, loc, scale)
+    x, loc, scale, *shape = _as(plain, x, loc, scale, *shape)
+    z = (x - loc) / scale
+    fix = jnp.isinf(plain) & jnp.isfinite(wide(z, x, loc, scale, *shape))
+    if where is not None:
+        fix = fix & where(z, scale, *shape)
+    fix = lax.stop_gradient(fix)
+    s = jnp.asarray(safe(*shape), plain.dtype)
+    xw = jnp.where(fix, x, loc + scale * s)  # the wide side's input: safe where JAX's is taken
+    xp = jnp.where(fix, loc + scale * s, x)  # JAX's side's input: safe where the wide one is
+    return jnp.where(
+        fix, wide((xw - loc) / scale, xw, loc, scale, *shape), jfn(xp, *shape, loc, scale)
+    )
 
 
 def norm_logcdf(x: ArrayLike, loc: ArrayLike = 0, scale: ArrayLike = 1) -> jax.Array:
@@ -94,10 +121,14 @@ def cauchy_logpdf(x: ArrayLike, loc: ArrayLike = 0, scale: ArrayLike = 1) -> jax
     Returns:
       ``cauchy.logpdf(x, loc, scale)``.
     """
-    plain = _jst.cauchy.logpdf(x, loc, scale)
-    x, loc, scale = _as(plain, x, loc, scale)
-    z = (x - loc) / scale
-    return _where_inf(plain, -(_LOG_PI + jnp.log(scale)) - 2 * jnp.log(jnp.abs(z)))
+    return _tail(
+        _jst.cauchy.logpdf,
+        lambda z, x, loc, scale: -(_LOG_PI + jnp.log(scale)) - 2 * jnp.log(jnp.abs(z)),
+        x,
+        (),
+        loc,
+        scale,
+    )
 
 
 def t_logpdf(x: ArrayLike, df: ArrayLike, loc: ArrayLike = 0, scale: ArrayLike = 1) -> jax.Array:
@@ -113,12 +144,12 @@ def t_logpdf(x: ArrayLike, df: ArrayLike, loc: ArrayLike = 0, scale: ArrayLike =
     Returns:
       ``t.logpdf(x, df, loc, scale)``.
     """
-    plain = _jst.t.logpdf(x, df, loc, scale)
-    x, df, loc, scale = _as(plain, x, df, loc, scale)
-    z = (x - loc) / scale
-    peak = _jst.t.logpdf(loc, df, loc, scale)
-    wide = peak - (df + 1) / 2 * (2 * jnp.log(jnp.abs(z)) - jnp.log(df))
-    return _where_inf(plain, wide)
+
+    def wide(z: jax.Array, x: jax.Array, loc: jax.Array, scale: jax.Array, df: jax.Array) -> Any:
+        peak = _jst.t.logpdf(loc, df, loc, scale)
+        return peak - (df + 1) / 2 * (2 * jnp.log(jnp.abs(z)) - jnp.log(df))
+
+    return _tail(_jst.t.logpdf, wide, x, (df,), loc, scale)
 
 
 def expon_logcdf(x: ArrayLike, loc: ArrayLike = 0, scale: ArrayLike = 1) -> jax.Array:
@@ -132,10 +163,15 @@ def expon_logcdf(x: ArrayLike, loc: ArrayLike = 0, scale: ArrayLike = 1) -> jax.
     Returns:
       ``expon.logcdf(x, loc, scale)``.
     """
-    plain = _jst.expon.logcdf(x, loc, scale)
-    x, loc, scale = _as(plain, x, loc, scale)
-    z = (x - loc) / scale
-    return _where_inf(plain, jnp.log(-jnp.expm1(-z)), z > 0)
+    return _tail(
+        _jst.expon.logcdf,
+        lambda z, *_: jnp.log(-jnp.expm1(-z)),
+        x,
+        (),
+        loc,
+        scale,
+        where=lambda z, scale: z > 0,
+    )
 
 
 def gumbel_r_logsf(x: ArrayLike, loc: ArrayLike = 0, scale: ArrayLike = 1) -> jax.Array:
@@ -149,10 +185,15 @@ def gumbel_r_logsf(x: ArrayLike, loc: ArrayLike = 0, scale: ArrayLike = 1) -> ja
     Returns:
       ``gumbel_r.logsf(x, loc, scale)``.
     """
-    plain = _jst.gumbel_r.logsf(x, loc, scale)
-    x, loc, scale = _as(plain, x, loc, scale)
-    z = (x - loc) / scale
-    return _where_inf(plain, -z, (z > 20) & (scale > 0))
+    return _tail(
+        _jst.gumbel_r.logsf,
+        lambda z, *_: -z,
+        x,
+        (),
+        loc,
+        scale,
+        where=lambda z, scale: (z > 20) & (scale > 0),
+    )
 
 
 def gumbel_l_logcdf(x: ArrayLike, loc: ArrayLike = 0, scale: ArrayLike = 1) -> jax.Array:
@@ -166,10 +207,15 @@ def gumbel_l_logcdf(x: ArrayLike, loc: ArrayLike = 0, scale: ArrayLike = 1) -> j
     Returns:
       ``gumbel_l.logcdf(x, loc, scale)``.
     """
-    plain = _jst.gumbel_l.logcdf(x, loc, scale)
-    x, loc, scale = _as(plain, x, loc, scale)
-    z = (x - loc) / scale
-    return _where_inf(plain, z, (z < -20) & (scale > 0))
+    return _tail(
+        _jst.gumbel_l.logcdf,
+        lambda z, *_: z,
+        x,
+        (),
+        loc,
+        scale,
+        where=lambda z, scale: (z < -20) & (scale > 0),
+    )
 
 
 def _log_upper_gamma(a: jax.Array, y: jax.Array) -> jax.Array:
@@ -227,11 +273,16 @@ def gamma_logsf(x: ArrayLike, a: ArrayLike, loc: ArrayLike = 0, scale: ArrayLike
     Returns:
       ``gamma.logsf(x, a, loc, scale)``.
     """
-    plain = _jst.gamma.logsf(x, a, loc, scale)
-    x, a, loc, scale = _as(plain, x, a, loc, scale)
-    y = (x - loc) / scale
-    far = (y > a + 1) & (a > 0) & (scale > 0)
-    return _where_inf(plain, _log_upper_gamma(a, jnp.where(far, y, a + 2)), far)
+    return _tail(
+        _jst.gamma.logsf,
+        lambda y, x, loc, scale, a: _log_upper_gamma(a, y),
+        x,
+        (a,),
+        loc,
+        scale,
+        where=lambda y, scale, a: (y > a + 1) & (a > 0) & (scale > 0),
+        safe=lambda a: a + 2,
+    )
 
 
 def gamma_logcdf(x: ArrayLike, a: ArrayLike, loc: ArrayLike = 0, scale: ArrayLike = 1) -> jax.Array:
@@ -246,12 +297,16 @@ def gamma_logcdf(x: ArrayLike, a: ArrayLike, loc: ArrayLike = 0, scale: ArrayLik
     Returns:
       ``gamma.logcdf(x, a, loc, scale)``.
     """
-    plain = _jst.gamma.logcdf(x, a, loc, scale)
-    x, a, loc, scale = _as(plain, x, a, loc, scale)
-    y = (x - loc) / scale
-    near = (x > loc) & (y < a + 1) & (a > 0) & (scale > 0)
-    log_y = jnp.log(jnp.where(near, x - loc, 1)) - jnp.log(scale)
-    return _where_inf(plain, _log_lower_gamma(a, jnp.where(near, y, 1), log_y), near)
+    return _tail(
+        _jst.gamma.logcdf,
+        lambda y, x, loc, scale, a: _log_lower_gamma(a, y, jnp.log(x - loc) - jnp.log(scale)),
+        x,
+        (a,),
+        loc,
+        scale,
+        where=lambda y, scale, a: (y > 0) & (y < a + 1) & (a > 0) & (scale > 0),
+        safe=lambda a: (a + 1) / 2,
+    )
 
 
 def chi2_logsf(x: ArrayLike, df: ArrayLike, loc: ArrayLike = 0, scale: ArrayLike = 1) -> jax.Array:
@@ -266,9 +321,16 @@ def chi2_logsf(x: ArrayLike, df: ArrayLike, loc: ArrayLike = 0, scale: ArrayLike
     Returns:
       ``chi2.logsf(x, df, loc, scale)``.
     """
-    plain = _jst.chi2.logsf(x, df, loc, scale)
-    x, df, loc, scale = _as(plain, x, df, loc, scale)
-    return _where_inf(plain, gamma_logsf(x, df / 2, loc, 2 * scale))
+    return _tail(
+        _jst.chi2.logsf,
+        lambda z, x, loc, scale, df: _log_upper_gamma(df / 2, z / 2),
+        x,
+        (df,),
+        loc,
+        scale,
+        where=lambda z, scale, df: (z > df + 2) & (df > 0) & (scale > 0),
+        safe=lambda df: df + 4,
+    )
 
 
 def chi2_logcdf(x: ArrayLike, df: ArrayLike, loc: ArrayLike = 0, scale: ArrayLike = 1) -> jax.Array:
@@ -283,9 +345,20 @@ def chi2_logcdf(x: ArrayLike, df: ArrayLike, loc: ArrayLike = 0, scale: ArrayLik
     Returns:
       ``chi2.logcdf(x, df, loc, scale)``.
     """
-    plain = _jst.chi2.logcdf(x, df, loc, scale)
-    x, df, loc, scale = _as(plain, x, df, loc, scale)
-    return _where_inf(plain, gamma_logcdf(x, df / 2, loc, 2 * scale))
+
+    def wide(z: jax.Array, x: jax.Array, loc: jax.Array, scale: jax.Array, df: jax.Array) -> Any:
+        return _log_lower_gamma(df / 2, z / 2, jnp.log(x - loc) - jnp.log(2 * scale))
+
+    return _tail(
+        _jst.chi2.logcdf,
+        wide,
+        x,
+        (df,),
+        loc,
+        scale,
+        where=lambda z, scale, df: (z > 0) & (z < df + 2) & (df > 0) & (scale > 0),
+        safe=lambda df: (df + 2) / 2,
+    )
 
 
 def beta_logcdf(
@@ -305,23 +378,25 @@ def beta_logcdf(
     Returns:
       ``beta.logcdf(x, a, b, loc, scale)``.
     """
-    plain = _jst.beta.logcdf(x, a, b, loc, scale)
-    x, a, b, loc, scale = _as(plain, x, a, b, loc, scale)
-    y = (x - loc) / scale
-    near = (x > loc) & (y < (a + 1) / (a + b + 2)) & (a > 0) & (b > 0) & (scale > 0)
-    log_y = jnp.log(jnp.where(near, x - loc, 1)) - jnp.log(scale)  # y may be below normals
-    y = jnp.where(near, y, 0.25 * (a + 1) / (a + b + 2))
 
-    def step(n: Any, carry: tuple[jax.Array, jax.Array]) -> tuple[jax.Array, jax.Array]:
-        term, total = carry
-        k = lax.convert_element_type(n, y.dtype)
-        term = term * (a + b + k - 1) / (a + k) * y
-        return term, total + term
+    def wide(y: jax.Array, x: jax.Array, loc: jax.Array, scale: jax.Array, a: Any, b: Any) -> Any:
+        def step(n: Any, carry: tuple[jax.Array, jax.Array]) -> tuple[jax.Array, jax.Array]:
+            term, total = carry
+            k = lax.convert_element_type(n, y.dtype)
+            term = term * (a + b + k - 1) / (a + k) * y
+            return term, total + term
 
-    _, total = lax.fori_loop(1, _TERMS, step, (jnp.ones_like(y), jnp.ones_like(y)))
-    log_beta = lax.lgamma(a) + lax.lgamma(b) - lax.lgamma(a + b)
-    wide = a * log_y + b * jnp.log1p(-y) - jnp.log(a) - log_beta + jnp.log(total)
-    return _where_inf(plain, wide, near)
+        _, total = lax.fori_loop(1, _TERMS, step, (jnp.ones_like(y), jnp.ones_like(y)))
+        log_beta = lax.lgamma(a) + lax.lgamma(b) - lax.lgamma(a + b)
+        log_y = jnp.log(x - loc) - jnp.log(scale)  # y itself may be below float32's normals
+        return a * log_y + b * jnp.log1p(-y) - jnp.log(a) - log_beta + jnp.log(total)
+
+    def near(y: jax.Array, scale: jax.Array, a: Any, b: Any) -> Any:
+        return (y > 0) & (y < (a + 1) / (a + b + 2)) & (a > 0) & (b > 0) & (scale > 0)
+
+    return _tail(
+        _jst.beta.logcdf, wide, x, (a, b), loc, scale, near, lambda a, b: (a + 1) / (a + b + 2) / 4
+    )
 
 
 _OWN: dict[str, dict[str, Callable[..., Any]]] = {
