@@ -225,13 +225,15 @@ def _candidates() -> tuple[_Candidate, ...]:
 
 
 @functools.cache
-def _vmapped(c: _Candidate, k: int) -> _Candidate:
-    """``c`` under ``k`` ``jax.vmap``s over leading axes: what ``jax.vmap(jax.nn.selu)(x)`` (or a
-    function calling ``jax.nn.selu`` under ``jax.vmap``, equinox's ``jax.vmap(model)``) traces to,
-    evaluated as heddle's function under the same ``vmap``s."""
+def _vmapped(c: _Candidate, k: int, axis: int = 0) -> _Candidate:
+    """``c`` under ``k`` ``jax.vmap``s, the outermost over ``axis``, the others over leading axes:
+    what ``jax.vmap(jax.nn.selu)(x)`` (or a function calling ``jax.nn.selu`` under ``jax.vmap``,
+    equinox's ``jax.vmap(model)``) traces to, evaluated as heddle's function under the same
+    ``vmap``s."""
     jfn, hfn = c.traced, c.evaluate
-    for _ in range(k):
-        jfn, hfn = jax.vmap(jfn), jax.vmap(hfn)
+    for level in range(k):
+        at = axis if level == k - 1 else 0
+        jfn, hfn = jax.vmap(jfn, in_axes=at), jax.vmap(hfn, in_axes=at)
     return _Candidate(jfn, hfn, ())
 
 
@@ -686,14 +688,16 @@ def _heddle_text(c: _Candidate, aval: _Aval) -> str | None:
 def _batched(
     here: Sequence[_Candidate], aval: _Aval, jaxpr: Any, i: int, end: int, x: Any, frame: Frame
 ) -> Call | None:
-    """The call of a candidate under one or two ``jax.vmap``s over leading axes that
+    """The call of a candidate under one ``jax.vmap`` over any axis or two over leading axes that
     ``jaxpr.eqns[i:]`` begins with (its entry is a batching frame, whichever vmap made it, so
     candidates are not told apart by it): the longest (``cauchy.logcdf``, not the ``cauchy.cdf``
     its equations begin with)."""
     best: Call | None = None
     for c in here:
-        for k in range(1, min(len(aval[0]), 2) + 1):
-            vc = _vmapped(c, k)
+        ndim = len(aval[0])
+        # one vmap over any axis, two over leading axes
+        for k, axis in [*((1, a) for a in range(ndim)), *([(2, 0)] if ndim >= 2 else [])]:
+            vc = _vmapped(c, k, axis)
             t = _trace(vc, aval)
             hit = None if t is None else _recognise(vc, t, t.entry, jaxpr, i, end, x, frame)
             if hit is not None and (best is None or hit.size > best.size):
