@@ -73,14 +73,17 @@ class Known:
     scalars: tuple[str, ...] = ()
     rounded: bool = False
     operand: str | None = None  # the input's parameter, where it is not the first (expn's x)
+    inputs: tuple[int, ...] = (1,)  # the rank of each leading array argument, for samples
 
     def functions(self) -> tuple[Callable[..., Any], Callable[..., Any]]:
         return _resolve(f"jax.{self.name}"), _resolve(f"heddle.{self.name}")
 
 
-def _each(names: str, scalars: tuple[str, ...] = (), rounded: bool = False) -> Iterator[Known]:
+def _each(
+    names: str, scalars: tuple[str, ...] = (), rounded: bool = False, inputs: tuple[int, ...] = (1,)
+) -> Iterator[Known]:
     """A ``Known`` of each of the space-separated ``names``, with the default variant."""
-    return (Known(n, scalars=scalars, rounded=rounded) for n in names.split())
+    return (Known(n, scalars=scalars, rounded=rounded, inputs=inputs) for n in names.split())
 
 
 _LOC_SCALE = ("loc", "scale")
@@ -138,6 +141,13 @@ KNOWN_CALLS: tuple[Known, ...] = (
     Known("scipy.stats.poisson.entropy", scalars=("loc",), rounded=True),
     # an order that JAX rounds to the input's dtype, and JAX's E_n(0) and E_n(inf)
     Known("scipy.special.expn", scalars=("n",), operand="x"),
+    # two array inputs: 1/ln 2 in the inputs' dtype
+    *_each("numpy.logaddexp2", inputs=(1, 1)),
+    # default cut-offs from the input dtype's eps (bfloat16's 0.0078 times the size drops most
+    # singular values: lstsq and polyfit returned zeros, pinv had no output correctly rounded)
+    *_each("numpy.linalg.pinv numpy.linalg.matrix_rank", inputs=(2,)),
+    *_each("numpy.linalg.lstsq", inputs=(2, 1)),
+    Known("numpy.polyfit", tuple((("deg", d),) for d in range(11)), inputs=(1, 1)),
 )
 """The known calls; ``docs/autocast.md`` gives the inputs each one changed."""
 
@@ -158,8 +168,8 @@ def _resolve(path: str) -> Callable[..., Any]:
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class _Candidate:
-    """One known function with one set of keyword arguments; ``scalars`` and ``rounded`` as in
-    ``Known`` (a candidate with scalars read from a program has none)."""
+    """One known function with one set of keyword arguments; ``scalars``, ``rounded`` and
+    ``inputs`` as in ``Known`` (a candidate with scalars read from a program has none)."""
 
     jax_fn: Callable[..., Any]
     heddle_fn: Callable[..., Any]
@@ -167,22 +177,27 @@ class _Candidate:
     scalars: tuple[str, ...] = ()
     rounded: bool = False
     operand: str | None = None
+    inputs: tuple[int, ...] = (1,)
 
-    def call(self, fn: Callable[..., Any], x: Any, **more: Any) -> Any:
-        """``fn`` of the input ``x`` with the candidate's keyword arguments and ``more``."""
+    def call(self, fn: Callable[..., Any], *xs: Any, **more: Any) -> Any:
+        """``fn`` of the inputs ``xs`` with the candidate's keyword arguments and ``more``."""
         kw = {**dict(self.kwargs), **more}
-        return fn(x, **kw) if self.operand is None else fn(**{self.operand: x}, **kw)
+        return fn(*xs, **kw) if self.operand is None else fn(**{self.operand: xs[0]}, **kw)
 
-    def traced(self, x: Any) -> Any:
-        return self.call(self.jax_fn, x)
+    def traced(self, *xs: Any) -> Any:
+        return self.call(self.jax_fn, *xs)
 
-    def evaluate(self, x: Any) -> Any:
-        return self.call(self.heddle_fn, x)
+    def evaluate(self, *xs: Any) -> Any:
+        return self.call(self.heddle_fn, *xs)
 
     def given(self, values: dict[str, Any]) -> _Candidate:
         """The same function with ``values`` as further keyword arguments (and no scalars)."""
         kw = (*self.kwargs, *values.items())
-        return _Candidate(self.jax_fn, self.heddle_fn, kw, operand=self.operand)
+        return _Candidate(self.jax_fn, self.heddle_fn, kw, operand=self.operand, inputs=self.inputs)
+
+    def sample(self, n: int, dtype: np.dtype) -> _Avals:
+        """Input avals of size ``n`` along every axis, of ``dtype``: what it is first traced on."""
+        return tuple(((n,) * rank, dtype, False) for rank in self.inputs)
 
     @functools.cached_property
     def key(self) -> tuple:
@@ -220,7 +235,11 @@ def _candidates() -> tuple[_Candidate, ...]:
         for kw in known.variants:
             if (id(jfn), kw) not in seen:  # aliases (jax.nn.swish is jax.nn.silu) once
                 seen.add((id(jfn), kw))
-                out.append(_Candidate(jfn, hfn, kw, known.scalars, known.rounded, known.operand))
+                out.append(
+                    _Candidate(
+                        jfn, hfn, kw, known.scalars, known.rounded, known.operand, known.inputs
+                    )
+                )
     return tuple(out)
 
 
@@ -244,8 +263,10 @@ def _batched_looks() -> list[tuple[_Candidate, _Look | None]]:
     out: list[tuple[_Candidate, _Look | None]] = []
     for group in _by_entry().values():
         for c, look in group:
+            if len(c.inputs) > 1:  # one input under vmap
+                continue
             if look is None:
-                t = _trace(_vmapped(c, 1), ((2, 2), _BFLOAT16, False))
+                t = _trace(_vmapped(c, 1), (((2,) * (c.inputs[0] + 1), _BFLOAT16, False),))
                 if t is None:
                     continue
                 look = _look(t.jaxpr.jaxpr.eqns[0])
@@ -265,6 +286,7 @@ _BATCHING_FILE = "/interpreters/batching.py"
 # -- what a candidate traces to ---------------------------------------------------------------------
 
 _Aval = tuple[tuple[int, ...], np.dtype, bool]
+_Avals = tuple[_Aval, ...]  # one for each input
 
 
 @dataclasses.dataclass(frozen=True)
@@ -281,22 +303,31 @@ _SITES = SiteCache()
 
 
 def _aval_of(v: Any) -> _Aval:
-    a = v.aval
+    """A variable's aval as a key."""
+    return _aval_of_value(v.aval)
+
+
+def _aval_of_value(a: Any) -> _Aval:
+    """The aval of a value or an aval, as a key."""
+    a = jax.typeof(a) if not isinstance(a, jax_core.AbstractValue) else a
     return (tuple(a.shape), np.dtype(a.dtype), bool(getattr(a, "weak_type", False)))
 
 
-def _cached(kind: str, c: _Candidate, aval: _Aval, make: Callable[[Any], Any]) -> Any:
-    """``make`` of the input ``aval``'s spec, once per (kind, candidate, aval, x64); the last 512
-    kept. An exception (a function that refuses the dtype) is None: never a known call."""
-    key = (kind, c, aval, D.x64_enabled())
+def _specs(avals: _Avals) -> tuple[jax.ShapeDtypeStruct, ...]:
+    return tuple(jax.ShapeDtypeStruct(shape, d, weak_type=weak) for shape, d, weak in avals)
+
+
+def _cached(kind: str, c: _Candidate, avals: _Avals, make: Callable[..., Any]) -> Any:
+    """``make`` of the inputs' specs, once per (kind, candidate, avals, x64); the last 512 kept.
+    An exception (a function that refuses the dtype) is None: never a known call."""
+    key = (kind, c, avals, D.x64_enabled())
     if key in _CACHE:
         _CACHE.move_to_end(key)
         return _CACHE[key]
-    shape, dtype, weak = aval
     try:
         with _own_tracebacks(), warnings.catch_warnings():  # JAX's (sici's float16 constants)
             warnings.simplefilter("ignore")
-            hit = make(jax.ShapeDtypeStruct(shape, dtype, weak_type=weak))
+            hit = make(*_specs(avals))
     except Exception:
         hit = None
     _CACHE[key] = hit
@@ -318,29 +349,29 @@ def _own_tracebacks() -> Iterator[None]:
         state.context = before
 
 
-def _trace(c: _Candidate, aval: _Aval) -> _Trace | None:
-    """What ``c``'s JAX function traces to on ``aval``: a jaxpr of equations, outputs variables."""
+def _trace(c: _Candidate, avals: _Avals) -> _Trace | None:
+    """What ``c``'s JAX function traces to on ``avals``: a jaxpr of equations, outputs variables."""
 
-    def make(spec: Any) -> _Trace | None:
-        closed = jax.make_jaxpr(c.traced)(spec)
+    def make(*specs: Any) -> _Trace | None:
+        closed = jax.make_jaxpr(c.traced)(*specs)
         jaxpr = closed.jaxpr
         if not jaxpr.eqns or not all(isinstance(v, jcore.Var) for v in jaxpr.outvars):
             return None
         return _Trace(closed, _entry(jaxpr.eqns[0]))
 
-    return _cached("trace", c, aval, make)  # type: ignore[no-any-return]
+    return _cached("trace", c, avals, make)  # type: ignore[no-any-return]
 
 
-def _fits(c: _Candidate, aval: _Aval, outs: Sequence[Any]) -> bool:
-    """Whether heddle's function of an ``aval`` input gives outputs of the avals ``outs``."""
+def _fits(c: _Candidate, avals: _Avals, outs: Sequence[Any]) -> bool:
+    """Whether heddle's function of inputs of ``avals`` gives outputs of the avals ``outs``."""
 
-    def make(spec: Any) -> tuple:
+    def make(*specs: Any) -> tuple:
         return tuple(
             (tuple(o.shape), np.dtype(o.dtype))
-            for o in jax.tree.leaves(jax.eval_shape(c.evaluate, spec))
+            for o in jax.tree.leaves(jax.eval_shape(c.evaluate, *specs))
         )
 
-    mine = _cached("fits", c, aval, make)
+    mine = _cached("fits", c, avals, make)
     return mine == tuple((tuple(o.aval.shape), np.dtype(o.aval.dtype)) for o in outs)
 
 
@@ -383,7 +414,7 @@ def first_look(c: _Candidate) -> tuple[Any, _Look | None] | None:
     info = getattr(fn, "_jit_info", None)
     if hasattr(fn, "lower") and getattr(info, "inline", None) is False:
         return None, (Body.JIT, fn.__name__)
-    t = _trace(c, ((2,), _BFLOAT16, False))
+    t = _trace(c, c.sample(2, _BFLOAT16))
     return None if t is None else (t.entry, _look(t.jaxpr.jaxpr.eqns[0]))
 
 
@@ -527,11 +558,11 @@ def _same_eqn(
 
 @dataclasses.dataclass(frozen=True)
 class Call:
-    """A recognised call: ``candidate`` of the program's ``x``, giving its ``outs``; ``eqn`` is its
+    """A recognised call: ``candidate`` of the program's ``xs``, giving its ``outs``; ``eqn`` is its
     first equation (for source information), ``size`` the number of its equations."""
 
     candidate: _Candidate
-    x: Any
+    xs: tuple[Any, ...]
     outs: tuple[Any, ...]
     eqn: Any
     size: int = 1  # its equations
@@ -548,24 +579,46 @@ def _input(eqns: Sequence[Any]) -> Any | None:
     return None
 
 
+_MOST_INPUTS = 4  # the free variables of a call tried as a candidate's several inputs
+
+
+def _arguments(c: _Candidate, eqns: Sequence[Any], x: Any) -> Iterator[tuple[Any, ...]]:
+    """The program variables to try as ``c``'s inputs, ``x`` (the call's first narrow input) among
+    them: ``(x,)`` for one input; for several, each ordering of the call's first free variables
+    (read and not defined by ``eqns``) that holds ``x``."""
+    if len(c.inputs) == 1:
+        yield (x,)
+        return
+    defined: set[Any] = set()
+    free: list[Any] = []
+    for e in eqns:
+        for a in e.invars:
+            if isinstance(a, jcore.Var) and a not in defined and a not in free:
+                free.append(a)
+        defined.update(e.outvars)
+    for xs in itertools.permutations(free[:_MOST_INPUTS], len(c.inputs)):
+        if any(v is x for v in xs):
+            yield xs
+
+
 def _match(
-    trace: _Trace, eqns: Sequence[Any], start: int, x: Any, frame: Frame
+    trace: _Trace, eqns: Sequence[Any], start: int, xs: tuple[Any, ...], frame: Frame
 ) -> tuple[Any, ...] | None:
     """The program variables for the candidate's outputs where ``eqns[start:]`` begins with the
-    candidate's equations, reading ``x`` for its input; None where it does not."""
+    candidate's equations, reading ``xs`` for its inputs; None where it does not."""
     jaxpr, consts = trace.jaxpr.jaxpr, trace.jaxpr.consts
     n = len(jaxpr.eqns)
     if start + n > len(eqns):
         return None
-    (xin,) = jaxpr.invars
+    bound = dict(zip(jaxpr.invars, xs, strict=True))
     const_of = dict(zip(jaxpr.constvars, consts, strict=True))
     defined: set[Any] = set()
 
     def free(mine: Any, theirs: Any) -> bool:
         if theirs in defined:
             return False
-        if mine is xin:
-            return theirs is x
+        if mine in bound:
+            return theirs is bound[mine]
         if mine in const_of:  # a constant of the function: the program's holds the same bits
             value = frame.computed(theirs)
             return value is not None and _same_value(value, const_of[mine])
@@ -576,7 +629,7 @@ def _match(
         if not _same_eqn(mine, theirs, names, free):
             return None
         defined.update(theirs.outvars)
-    if names.get(xin) is not x:
+    if any(names.get(v) is not x for v, x in bound.items()):
         return None
     outs = tuple(names.get(v) for v in jaxpr.outvars)
     if any(o is None for o in outs):
@@ -622,31 +675,26 @@ def calls(
         x = x if i == start else _input(eqns[i:end])
         if x is None:
             return None
-        aval = _aval_of(x)
         look = _look(eqns[i])
         here = [c for c, want in group if want is None or want == look]
         hit = None
         if batched:
-            hit = _batched(here, aval, jaxpr, i, end, x, frame)
+            hit = _batched(here, jaxpr, i, end, x, frame)
             if hit is None:
                 return None
             found.append(hit)
             i += hit.size
             continue
         for c in here:
-            hit = _recognise(c, _trace(c, aval), entry, jaxpr, i, end, x, frame)
+            hit = next(_hits(c, False, entry, jaxpr, i, end, x, frame), None)
             if hit is not None:
-                if _ambiguous(c, here, aval, entry, jaxpr, i, end, x, frame):
+                if _ambiguous(hit, here, entry, jaxpr, i, end, frame):
                     return None
                 break
         else:
-            for c in here:
-                for given in _with_scalars(c, aval, entry, jaxpr, i, end, frame):
-                    hit = _recognise(given, _trace(given, aval), entry, jaxpr, i, end, x, frame)
-                    if hit is not None:
-                        break
-                if hit is not None:
-                    break
+            hit = next(
+                (h for c in here for h in _hits(c, True, entry, jaxpr, i, end, x, frame)), None
+            )
         if hit is None:
             return None
         found.append(hit)
@@ -654,39 +702,47 @@ def calls(
     return end, found
 
 
+def _hits(
+    c: _Candidate, scalars: bool, entry: Any, jaxpr: Any, i: int, end: int, x: Any, frame: Frame
+) -> Iterator[Call]:
+    """The calls of ``c`` that ``jaxpr.eqns[i:end]`` begins with, reading ``x`` among its inputs:
+    with ``c``'s own keyword arguments, or (``scalars``) with scalars read from the program."""
+    for xs in _arguments(c, jaxpr.eqns[i:end], x):
+        avals = tuple(map(_aval_of, xs))
+        tries = _with_scalars(c, avals, entry, jaxpr, i, end, frame) if scalars else (c,)
+        for given in tries:
+            hit = _recognise(given, _trace(given, avals), entry, jaxpr, i, end, xs, frame)
+            if hit is not None:
+                yield hit
+
+
 def _ambiguous(
-    c: _Candidate,
-    here: Sequence[_Candidate],
-    aval: _Aval,
-    entry: Any,
-    jaxpr: Any,
-    i: int,
-    end: int,
-    x: Any,
-    frame: Frame,
+    hit: Call, here: Sequence[_Candidate], entry: Any, jaxpr: Any, i: int, end: int, frame: Frame
 ) -> bool:
-    """Whether another variant of ``c``'s function traces to the same equations on ``aval``: a
-    constant JAX built in the input dtype can hide the argument that made it (``jnp.cov`` of a
-    float16 ``(16, 3000)`` input divides by 3000 for ``ddof=1`` and ``ddof=0`` alike: 2999 is no
-    float16), and the call is then not known, evaluated primitive by primitive."""
+    """Whether another variant of the ``hit``'s function traces to the same equations on its
+    inputs: a constant JAX built in the input dtype can hide the argument that made it
+    (``jnp.cov`` of a float16 ``(16, 3000)`` input divides by 3000 for ``ddof=1`` and ``ddof=0``
+    alike: 2999 is no float16), and the call is then not known, evaluated primitive by primitive."""
+    c, xs = hit.candidate, hit.xs
+    avals = tuple(map(_aval_of, xs))
     others = [o for o in here if o.jax_fn is c.jax_fn and o != c]
-    mine = _heddle_text(c, aval)
+    mine = _heddle_text(c, avals)
     return any(
-        _recognise(o, _trace(o, aval), entry, jaxpr, i, end, x, frame) is not None
-        and _heddle_text(o, aval) != mine  # ``bias=True`` is ``ddof=0``: not ambiguous
+        _recognise(o, _trace(o, avals), entry, jaxpr, i, end, xs, frame) is not None
+        and _heddle_text(o, avals) != mine  # ``bias=True`` is ``ddof=0``: not ambiguous
         for o in others
     )
 
 
-def _heddle_text(c: _Candidate, aval: _Aval) -> str | None:
-    """heddle's function of ``c`` traced on ``aval``, as text (two variants that compute alike
+def _heddle_text(c: _Candidate, avals: _Avals) -> str | None:
+    """heddle's function of ``c`` traced on ``avals``, as text (two variants that compute alike
     print alike), or None."""
-    closed = _heddle_jaxpr(c, jax.ShapeDtypeStruct(*aval[:2], weak_type=aval[2]))
+    closed = _heddle_jaxpr(c, avals)
     return None if closed is None else str(closed)
 
 
 def _batched(
-    here: Sequence[_Candidate], aval: _Aval, jaxpr: Any, i: int, end: int, x: Any, frame: Frame
+    here: Sequence[_Candidate], jaxpr: Any, i: int, end: int, x: Any, frame: Frame
 ) -> Call | None:
     """The call of a candidate under one ``jax.vmap`` over any axis or two over leading axes that
     ``jaxpr.eqns[i:]`` begins with (its entry is a batching frame, whichever vmap made it, so
@@ -694,33 +750,41 @@ def _batched(
     its equations begin with)."""
     best: Call | None = None
     for c in here:
-        ndim = len(aval[0])
+        avals = (_aval_of(x),)
+        ndim = len(avals[0][0])
         # one vmap over any axis, two over leading axes
         for k, axis in [*((1, a) for a in range(ndim)), *([(2, 0)] if ndim >= 2 else [])]:
             vc = _vmapped(c, k, axis)
-            t = _trace(vc, aval)
-            hit = None if t is None else _recognise(vc, t, t.entry, jaxpr, i, end, x, frame)
+            t = _trace(vc, avals)
+            hit = None if t is None else _recognise(vc, t, t.entry, jaxpr, i, end, (x,), frame)
             if hit is not None and (best is None or hit.size > best.size):
                 best = hit
     return best
 
 
 def _recognise(
-    c: _Candidate, t: _Trace | None, entry: Any, jaxpr: Any, i: int, end: int, x: Any, frame: Frame
+    c: _Candidate,
+    t: _Trace | None,
+    entry: Any,
+    jaxpr: Any,
+    i: int,
+    end: int,
+    xs: tuple[Any, ...],
+    frame: Frame,
 ) -> Call | None:
-    """The call of ``c`` (traced to ``t``) that ``jaxpr.eqns[i:]`` begins with, reading ``x``;
+    """The call of ``c`` (traced to ``t``) that ``jaxpr.eqns[i:]`` begins with, reading ``xs``;
     None where they are not its equations, or another equation reads their intermediates."""
     if t is None or t.entry != entry or i + len(t.jaxpr.jaxpr.eqns) > end:
         return None
     eqns = jaxpr.eqns
-    outs = _match(t, eqns, i, x, frame)
-    if outs is None or not _fits(c, _aval_of(x), outs):
+    outs = _match(t, eqns, i, xs, frame)
+    if outs is None or not _fits(c, tuple(map(_aval_of, xs)), outs):
         return None
     n = len(t.jaxpr.jaxpr.eqns)
     inside = {v for e in eqns[i : i + n] for v in e.outvars} - set(outs)
     if _read_after(eqns, i + n, jaxpr.outvars, inside):
         return None
-    return Call(c, x, outs, eqns[i], n)
+    return Call(c, xs, outs, eqns[i], n)
 
 
 # -- scalars read from the program -----------------------------------------------------------------
@@ -769,13 +833,13 @@ class _Template:
     places: tuple[tuple[str, tuple[_Place, ...]], ...]
 
 
-def _template(c: _Candidate, names: tuple[str, ...], aval: _Aval) -> _Template | None:
-    """Where each of ``names`` goes when ``c`` is traced on ``aval`` with a sentinel for it; None
+def _template(c: _Candidate, names: tuple[str, ...], avals: _Avals) -> _Template | None:
+    """Where each of ``names`` goes when ``c`` is traced on ``avals`` with a sentinel for it; None
     where one goes nowhere to be seen (its value could not be read back)."""
     sentinels = dict(zip(names, _SENTINELS, strict=False))
 
-    def make(spec: Any) -> _Template | None:
-        jaxpr = jax.make_jaxpr(lambda x: c.call(c.jax_fn, x, **sentinels))(spec).jaxpr
+    def make(*specs: Any) -> _Template | None:
+        jaxpr = jax.make_jaxpr(lambda *xs: c.call(c.jax_fn, *xs, **sentinels))(*specs).jaxpr
         found: dict[str, list[_Place]] = {n: [] for n in names}
         for e, eqn in _equations(jaxpr):
             for k, a in enumerate(eqn.invars):
@@ -792,11 +856,11 @@ def _template(c: _Candidate, names: tuple[str, ...], aval: _Aval) -> _Template |
             tuple((n, tuple(found[n])) for n in names),
         )
 
-    return _cached(f"template {names}", c, aval, make)  # type: ignore[no-any-return]
+    return _cached(f"template {names}", c, avals, make)  # type: ignore[no-any-return]
 
 
 def _with_scalars(
-    c: _Candidate, aval: _Aval, entry: Any, jaxpr: Any, i: int, end: int, frame: Frame
+    c: _Candidate, avals: _Avals, entry: Any, jaxpr: Any, i: int, end: int, frame: Frame
 ) -> Iterator[_Candidate]:
     """``c`` with the values of its scalars read from ``jaxpr.eqns[i:]``: for all of them, then
     for fewer (``jnp.unwrap``'s ``discont`` is None unless given), each where every value read
@@ -808,7 +872,7 @@ def _with_scalars(
     names = c.scalars
     subsets = [s for r in range(len(names), 0, -1) for s in itertools.combinations(names, r)]
     for subset in subsets:
-        t = _template(c, subset, aval)
+        t = _template(c, subset, avals)
         if t is None or i + t.n > end:
             continue
         if any(
@@ -821,7 +885,7 @@ def _with_scalars(
             at = [(_at(eqns, i, e), k, passed) for e, k, passed in places]
             if any(eqn is None or k >= len(eqn.invars) for eqn, k, _ in at):
                 break
-            seen = [_scalar(c, eqn, k, passed, aval, consts, frame) for eqn, k, passed in at]
+            seen = [_scalar(c, eqn, k, passed, avals, consts, frame) for eqn, k, passed in at]
             read = [s for s in seen if s is not None]
             if len(read) < len(seen) or len({_value_key(s[0]) for s in read}) != 1:
                 break  # one cannot be read back, or they differ: not this subset
@@ -835,7 +899,7 @@ _PYTHON: dict[str, type] = {"b": bool, "i": int, "u": int, "f": float}
 
 
 def _scalar(
-    c: _Candidate, eqn: Any, k: int, passed: bool, aval: _Aval, consts: set[Any], frame: Frame
+    c: _Candidate, eqn: Any, k: int, passed: bool, avals: _Avals, consts: set[Any], frame: Frame
 ) -> tuple[Any, ...] | None:
     """The value the caller gave for a scalar, operand ``k`` of ``eqn``, in the forms to trace it
     with (a Python scalar first); None where it cannot be read back exactly:
@@ -866,7 +930,7 @@ def _scalar(
         return (scalar, v[()]) if c.rounded and of is float else None
     if not getattr(a.aval, "weak_type", False):
         return (v[()],)
-    if c.rounded and of is float and _halfway(scalar, aval[1]):
+    if c.rounded and of is float and _halfway(scalar, avals[0][1]):
         return None
     return (scalar,)
 
@@ -882,7 +946,7 @@ def _halfway(v: float, d: np.dtype) -> bool:
 
 
 def evaluate(frame: Frame, call: Call, segment: int) -> None:
-    """A recognised call: heddle's function of the input's float32 value, rounded once.
+    """A recognised call: heddle's function of the inputs' float32 values, rounded once.
 
     heddle's function is traced once per input aval and policy, with tracebacks of its own, and its
     equations (the bodies of the jitted helpers it calls, such as ``jnp.where``'s, included) are
@@ -890,23 +954,22 @@ def evaluate(frame: Frame, call: Call, segment: int) -> None:
     Calling it directly would trace a helper's body under the first call's source information,
     which JAX then caches and hands to every later call (``gelu`` then ``silu``, say). On values
     (an eager call) it is called directly, as eager heddle.numpy runs it."""
-    x = frame.wide(call.x, segment)
+    xs = [frame.wide(x, segment) for x in call.xs]
     traced = not isinstance(jax_core.trace_ctx.trace, jax_core.EvalTrace)
-    closed = _heddle_jaxpr(call.candidate, jax.typeof(x)) if traced else None
+    closed = _heddle_jaxpr(call.candidate, tuple(map(_aval_of_value, xs))) if traced else None
     if closed is None:  # on values (an eager call: no program to read), heddle's function itself
-        outs = jax.tree.leaves(call.candidate.evaluate(x))
+        outs = jax.tree.leaves(call.candidate.evaluate(*xs))
     else:
-        outs = _bind_inlined(closed.jaxpr, closed.consts, [x])
+        outs = _bind_inlined(closed.jaxpr, closed.consts, xs)
     for v, o in zip(call.outs, outs, strict=True):
         frame.write_rounded(v, o, segment)
 
 
-def _heddle_jaxpr(c: _Candidate, aval: Any) -> Any:
-    """heddle's function of ``c`` traced on ``aval`` (once per policy), or None."""
+def _heddle_jaxpr(c: _Candidate, avals: _Avals) -> Any:
+    """heddle's function of ``c`` traced on ``avals`` (once per policy), or None."""
     from heddle.policy import _policy
 
-    key = (tuple(aval.shape), np.dtype(aval.dtype), bool(getattr(aval, "weak_type", False)))
-    return _cached(f"heddle {_policy.current()!r}", c, key, lambda s: jax.make_jaxpr(c.evaluate)(s))
+    return _cached(f"heddle {_policy.current()!r}", c, avals, jax.make_jaxpr(c.evaluate))
 
 
 def _bind_inlined(jaxpr: Any, consts: Sequence[Any], args: Sequence[Any]) -> list[Any]:

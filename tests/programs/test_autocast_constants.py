@@ -210,7 +210,16 @@ def test_the_class_is_the_known_calls():
     given_only = {"nn.elu", "nn.celu"}
     # an order with no default (test_autocast_hyperparameters.py)
     ordered = {"scipy.special.expn"}
-    assert listed - reducing - given_only - ordered == set(NAMES) - {"nn.gelu_exact"}
+    # several array inputs (tests/programs/test_autocast_several_inputs.py)
+    several = {k.name for k in _known.KNOWN_CALLS if len(k.inputs) > 1 or k.inputs[0] > 1}
+    assert several == {
+        "numpy.logaddexp2",
+        "numpy.linalg.pinv",
+        "numpy.linalg.matrix_rank",
+        "numpy.linalg.lstsq",
+        "numpy.polyfit",
+    }
+    assert listed - reducing - given_only - ordered - several == set(NAMES) - {"nn.gelu_exact"}
     gelu = next(k for k in _known.KNOWN_CALLS if k.name == "nn.gelu")
     assert {dict(v)["approximate"] for v in gelu.variants} == {True, False}
     for k in _known.KNOWN_CALLS:  # every name is JAX's and heddle's
@@ -228,7 +237,7 @@ def test_the_first_look_at_each_call_is_what_it_traces_to(dtype):
         entry, look = _known.first_look(c)
         if c.operand is not None:  # expn(n, x): its order has no default
             c = c.given(dict.fromkeys(c.scalars, 2))
-        t = _known._trace(c, ((3,), dtype, False))
+        t = _known._trace(c, c.sample(3, dtype))
         assert t is not None and t.entry is entry, c
         assert look is None or look == _known._look(t.jaxpr.jaxpr.eqns[0]), c
 

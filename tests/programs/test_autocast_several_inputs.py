@@ -1,0 +1,110 @@
+"""autocast of known library calls with several array inputs (docs/autocast.md, "Known library calls").
+
+``jnp.logaddexp2`` multiplies by ``1/ln 2`` built in the inputs' dtype; ``jnp.linalg.lstsq``,
+``pinv``, ``matrix_rank`` and ``jnp.polyfit`` cut singular values below a default tolerance built
+from the input dtype's eps (bfloat16's 2**-7 times the matrix size: most of them). Each call is
+recognised with all of its array inputs and evaluated as heddle's function, so autocast gives
+heddle's bits; the references are float64 NumPy on the same narrow inputs.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import pytest
+
+import heddle
+import heddle.numpy as hnp
+
+BF16, F16 = np.dtype(ml_dtypes.bfloat16), np.dtype(np.float16)
+
+
+def _every_pattern(dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
+    x = np.arange(1 << 16, dtype=np.uint16).view(dtype)
+    return x, np.random.default_rng(7).permutation(x)
+
+
+@pytest.mark.parametrize("dtype", [BF16, F16], ids=["bfloat16", "float16"])
+def test_logaddexp2_is_heddles_on_every_pattern_jitted_and_eagerly(dtype):
+    # before: 988 bfloat16 / 5,547 float16 pairs differed (1/ln 2 rounded to the input dtype)
+    x, y = _every_pattern(dtype)
+    want = np.asarray(jax.jit(hnp.logaddexp2)(x, y)).view(np.uint16)
+    jitted = np.asarray(jax.jit(heddle.autocast(jnp.logaddexp2))(x, y)).view(np.uint16)
+    eager = np.asarray(heddle.autocast(jnp.logaddexp2)(x, y)).view(np.uint16)
+    assert np.count_nonzero(jitted != want) == 0
+    assert np.count_nonzero(eager != want) == 0
+    # and heddle's is within one ulp of float64 wherever the result is finite and normal
+    with np.errstate(all="ignore"):  # NaN patterns
+        x64, y64 = x.astype(np.float64), y.astype(np.float64)
+        ref = np.logaddexp2(x64, y64)
+    got = want.view(dtype).astype(np.float64)
+    big = float(np.finfo(dtype).max)
+    ok = (np.abs(ref) >= float(np.finfo(dtype).tiny)) & (np.abs(ref) < big) & np.isfinite(got)
+    ulp = np.spacing(np.abs(ref[ok]).astype(dtype)).astype(np.float64)
+    assert np.all(np.abs(got[ok] - ref[ok]) <= ulp)
+
+
+def _well_conditioned(rng: np.random.Generator, m: int, n: int) -> np.ndarray:
+    return rng.standard_normal((m, n)).astype(BF16)
+
+
+@pytest.mark.parametrize("jit", [True, False], ids=["jit", "eager"])
+def test_lstsq_with_its_default_cutoff_solves(jit):
+    # before: a well-conditioned 64x16 bfloat16 least-squares solution was 49% off
+    rng = np.random.default_rng(0)
+    a, b = _well_conditioned(rng, 64, 16), rng.standard_normal(64).astype(BF16)
+    f = heddle.autocast(lambda a, b: jnp.linalg.lstsq(a, b)[0])
+    got = np.asarray((jax.jit(f) if jit else f)(a, b))
+    want = np.asarray(hnp.linalg.lstsq(a, b)[0])
+    np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16))
+    ref = np.linalg.lstsq(a.astype(np.float64), b.astype(np.float64), rcond=None)[0]
+    # float32 arithmetic, rounded once: within one bfloat16 ulp of the exact solution
+    ulp = np.spacing(np.abs(ref).astype(BF16)).astype(np.float64)
+    assert np.all(np.abs(got.astype(np.float64) - ref) <= ulp)
+
+
+@pytest.mark.parametrize("jit", [True, False], ids=["jit", "eager"])
+def test_pinv_and_matrix_rank_with_their_default_tolerances(jit):
+    # before: no pinv output of a 32x32 bfloat16 matrix was correctly rounded; rank 23 of 32
+    rng = np.random.default_rng(0)
+    m = _well_conditioned(rng, 32, 32)
+    wrap = (lambda f: jax.jit(heddle.autocast(f))) if jit else heddle.autocast
+    got = np.asarray(wrap(jnp.linalg.pinv)(m))
+    np.testing.assert_array_equal(
+        got.view(np.uint16), np.asarray(hnp.linalg.pinv(m)).view(np.uint16)
+    )
+    ref = np.linalg.pinv(m.astype(np.float64)).astype(BF16)
+    assert np.mean(got == ref) > 0.95
+    assert int(wrap(jnp.linalg.matrix_rank)(m)) == 32
+    # an exactly rank-20 matrix (small integers: every product and sum exact in bfloat16)
+    low = (rng.integers(-1, 2, (32, 20)) @ rng.integers(-1, 2, (20, 32))).astype(BF16)
+    assert np.linalg.matrix_rank(low.astype(np.float64)) == 20
+    assert int(wrap(jnp.linalg.matrix_rank)(low)) == 20
+
+
+@pytest.mark.parametrize("deg", [1, 3, 7])
+def test_polyfit_with_its_default_cutoff_fits(deg):
+    # before: a cubic through 200 bfloat16 points was fitted as 0 (deg 3 and above)
+    x = np.linspace(-1, 1, 200).astype(BF16)
+    x64 = x.astype(np.float64)
+    y = (x64**3 - 0.5 * x64 + 0.25).astype(BF16)
+    f = heddle.autocast(lambda x, y: jnp.polyfit(x, y, deg))
+    jitted, eager = np.asarray(jax.jit(f)(x, y)), np.asarray(f(x, y))
+    want = np.asarray(hnp.polyfit(x, y, deg)).view(np.uint16)
+    np.testing.assert_array_equal(jitted.view(np.uint16), want)
+    np.testing.assert_array_equal(eager.view(np.uint16), want)
+    fitted = np.polyval(jitted.astype(np.float64), x64)
+    exact = np.polyval(np.polyfit(x64, y.astype(np.float64), deg), x64)
+    assert np.max(np.abs(fitted - exact)) < (0.3 if deg == 1 else 0.02)
+
+
+def test_a_call_with_an_explicit_cutoff_is_not_taken_for_the_default():
+    # lstsq(rcond=0.5) traces to other equations: evaluated primitive by primitive, with 0.5
+    rng = np.random.default_rng(1)
+    a, b = _well_conditioned(rng, 16, 4), rng.standard_normal(16).astype(BF16)
+    f = heddle.autocast(lambda a, b: jnp.linalg.lstsq(a, b, rcond=0.9)[0])
+    got = np.asarray(jax.jit(f)(a, b)).astype(np.float64)
+    default = np.asarray(hnp.linalg.lstsq(a, b)[0]).astype(np.float64)
+    assert not np.allclose(got, default)  # singular values under 0.9 * the largest are cut
