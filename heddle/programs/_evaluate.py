@@ -36,6 +36,7 @@ from jax.custom_derivatives import SymbolicZero
 from jax.extend import core as jcore
 
 from heddle.ops import _nanprop
+from heddle.ops._core import order_dtype
 from heddle.ops.lowering import (
     PRECISION,
     cast,
@@ -291,6 +292,10 @@ _TIE_COUNTING = having(Fact.COUNTS_TIES)
 
 
 def _exact(ev: Evaluator, frame: Frame, eqn: Any, seg: int) -> None:
+    other = _past_identity(eqn)
+    if other is not None:
+        frame.inherit(eqn.outvars[0], frame, other)
+        return
     tie = eqn.primitive.name in _TIE_COUNTING and is_narrow(dtype_of(eqn.invars[0]))
     shadowed = ev.shadowed(frame, eqn, seg)
     if tie and not shadowed:
@@ -309,6 +314,32 @@ def _exact(ev: Evaluator, frame: Frame, eqn: Any, seg: int) -> None:
     name = eqn.primitive.name
     if name in _COPYING and not eqn.primitive.multiple_results:
         _copying_twin(frame, eqn)
+
+
+# The identity of each binary selection (``max(-inf, x)`` is ``x``).
+_IDENTITY_OF = {"max": -np.inf, "min": np.inf}
+
+
+def _past_identity(eqn: Any) -> Any | None:
+    """The other operand of a binary ``max``/``min`` with its identity as a literal that the dtype
+    holds as NaN: JAX's ``max(-inf, x)`` guard in ``float8_e8m0fnu``, which has no infinity (the
+    same rule as a ``reduce``'s init value, ``_is_identity``). None for anything else."""
+    identity = _IDENTITY_OF.get(eqn.primitive.name)
+    if identity is None or len(eqn.invars) != 2:
+        return None
+    d = dtype_of(eqn.outvars[0])
+    if d is None or D.kind(d) != "f" or not np.isnan(np.asarray(identity).astype(d)):
+        return None
+    a, b = eqn.invars
+    for lit, other in ((a, b), (b, a)):
+        if (
+            isinstance(lit, jcore.Literal)
+            and isinstance(other, jcore.Var)
+            and other.aval.shape == eqn.outvars[0].aval.shape
+            and _is_identity(lit, identity, d)
+        ):
+            return other
+    return None
 
 
 def _selection(frame: Frame, eqn: Any, seg: int) -> None:
@@ -674,7 +705,9 @@ def _convert(ev: Evaluator, frame: Frame, eqn: Any, seg: int) -> None:
 
 
 def _index(ev: Evaluator, frame: Frame, eqn: Any, seg: int) -> None:
-    if eqn.invars and ev.shadowed(frame, eqn, seg):
+    d = dtype_of(eqn.invars[0]) if eqn.invars else None
+    ordered = d is not None and D.kind(d) == "f" and order_dtype(d) != d  # float8_e8m0fnu
+    if eqn.invars and (ordered or ev.shadowed(frame, eqn, seg)):
         ev.bind_wide(frame, eqn, seg, [frame.wide(a, seg) for a in eqn.invars])
     else:
         ev.bind_plain(frame, eqn)

@@ -48,6 +48,57 @@ def test_e8m0_reductions(fn, exact):
         assert float(out) == want, (fn.__name__, float(out), want)
 
 
+@pytest.mark.parametrize("fn, pick", [(jnp.argmax, np.argmax), (jnp.argmin, np.argmin)])
+def test_e8m0_argmax_and_argmin(fn, pick):
+    # XLA's argmax of float8_e8m0fnu starts from -inf, which it holds as NaN: argmax was 0
+    x = jnp.asarray(np.random.default_rng(0).permutation(POWERS), E8M0)
+    for f in _both(fn):
+        assert int(f(x)) == int(pick(np.asarray(x, np.float64)))
+
+
+# The float8 formats: e8m0 has no zero and no infinity, e4m3fn / e4m3fnuz / e4m3b11fnuz none of the
+# latter, so JAX's ``max(-inf, x)`` guard in softmax and logsumexp is ``max(NaN, x)`` there.
+FLOAT8 = [
+    jnp.float8_e4m3fn,
+    jnp.float8_e4m3fnuz,
+    jnp.float8_e4m3b11fnuz,
+    jnp.float8_e5m2,
+    jnp.float8_e8m0fnu,
+]
+
+
+def _bracket(ref: np.ndarray, dtype) -> tuple[np.ndarray, np.ndarray]:
+    """The two finite values of ``dtype`` around each of ``ref`` (every bit pattern, as float64)."""
+    bits = np.arange(256, dtype=np.uint8).view(np.dtype(dtype)).astype(np.float64)
+    held = np.unique(bits[np.isfinite(bits)])
+    hi = np.clip(np.searchsorted(held, ref), 0, len(held) - 1)
+    lo = np.clip(np.searchsorted(held, ref, side="right") - 1, 0, len(held) - 1)
+    return held[lo], held[hi]
+
+
+@pytest.mark.parametrize("dtype", FLOAT8, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("name", ["logsumexp", "softmax"])
+def test_float8_softmax_and_logsumexp_round_the_exact_value(name, dtype):
+    # before: logsumexp of float8_e8m0fnu was NaN, softmax of float8_e4m3fn NaN in some rows,
+    # changing from run to run under jax.jit
+    rng = np.random.default_rng(0)
+    x = np.asarray(jnp.asarray(np.abs(rng.standard_normal((64, 16))) + 0.5, dtype))
+    x64 = x.astype(np.float64)  # the values the format holds
+    m = x64.max(axis=-1, keepdims=True)
+    e = np.exp(x64 - m)
+    if name == "softmax":
+        fn, ref = jax.nn.softmax, e / e.sum(axis=-1, keepdims=True)
+    else:
+        fn, ref = lambda x: jax.nn.logsumexp(x, axis=-1), np.log(e.sum(axis=-1)) + m[:, 0]
+    lo, hi = _bracket(ref, dtype)
+    for f in _both(fn):
+        out = np.asarray(f(x))
+        assert out.dtype == np.dtype(dtype)
+        got = out.astype(np.float64)
+        # float32 arithmetic rounded once: one of the two values around the exact one
+        assert np.all((got == lo) | (got == hi)), f
+
+
 def test_generic_reduce_keeps_an_init_value_that_is_not_the_identity():
     x = jnp.full((1000,), 0.1, jnp.bfloat16)
     init = np.asarray(1.0, jnp.bfloat16)
