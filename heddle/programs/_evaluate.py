@@ -335,7 +335,7 @@ def _past_identity(eqn: Any) -> Any | None:
         if (
             isinstance(lit, jcore.Literal)
             and isinstance(other, jcore.Var)
-            and other.aval.shape == eqn.outvars[0].aval.shape
+            and getattr(other.aval, "shape", None) == getattr(eqn.outvars[0].aval, "shape", ())
             and _is_identity(lit, identity, d)
         ):
             return other
