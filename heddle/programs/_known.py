@@ -74,6 +74,7 @@ class Known:
     rounded: bool = False
     operand: str | None = None  # the input's parameter, where it is not the first (expn's x)
     inputs: tuple[int, ...] = (1,)  # the rank of each leading array argument, for samples
+    axes: tuple[str, ...] = ()  # ``axis`` (and ``keepdims``): tried at each axis of the input
 
     def functions(self) -> tuple[Callable[..., Any], Callable[..., Any]]:
         return _resolve(f"jax.{self.name}"), _resolve(f"heddle.{self.name}")
@@ -87,12 +88,13 @@ def _each(
 
 
 _LOC_SCALE = ("loc", "scale")
+_COV_VARIANTS = ((), (("ddof", 0),), (("bias", True),), (("ddof", 2),), (("rowvar", False),))
 
 
 KNOWN_CALLS: tuple[Known, ...] = (
     # constants built in the input dtype (1/ln 10, pi/180, 180/pi, 2 pi)
     *_each("numpy.log10 numpy.deg2rad numpy.radians numpy.rad2deg numpy.degrees"),
-    Known("numpy.unwrap", scalars=("discont", "period")),
+    Known("numpy.unwrap", scalars=("discont", "period"), axes=("axis",)),
     # heddle's formulas (heddle/ops/_formulas.py), pi in sinc
     *_each("numpy.sinc numpy.i0 numpy.arcsin numpy.asin numpy.exp2 numpy.cosh numpy.sinh"),
     *_each("lax.asin lax.exp2 lax.sinh lax.cosh lax.erf_inv"),
@@ -113,12 +115,11 @@ KNOWN_CALLS: tuple[Known, ...] = (
         "scipy.special.gamma lax.lgamma lax.digamma"
     ),
     # counts and divisors built in the input dtype: N - 1 of cov (and corrcoef), logmeanexp's N
-    *_each("numpy.corrcoef nn.logmeanexp"),
-    # cov's divisor N - ddof, for each of its common arguments
-    Known(
-        "numpy.cov",
-        ((), (("ddof", 0),), (("bias", True),), (("ddof", 2),), (("rowvar", False),)),
-    ),
+    *_each("numpy.corrcoef"),
+    Known("nn.logmeanexp", axes=("axis", "keepdims")),
+    # cov's divisor N - ddof, for each of its common arguments, of one array and of two
+    Known("numpy.cov", _COV_VARIANTS),
+    Known("numpy.cov", _COV_VARIANTS, inputs=(2, 2)),
     # two outputs: a narrow one computed in float32 as a whole (sici's series, frexp's subnormals)
     *_each("scipy.special.sici numpy.frexp"),
     # log(2 pi) (and heddle's logpdf), the logistic's constants
@@ -169,7 +170,7 @@ def _resolve(path: str) -> Callable[..., Any]:
 @dataclasses.dataclass(frozen=True, eq=False)
 class _Candidate:
     """One known function with one set of keyword arguments; ``scalars``, ``rounded`` and
-    ``inputs`` as in ``Known`` (a candidate with scalars read from a program has none)."""
+    ``inputs`` and ``axes`` as in ``Known`` (a candidate with scalars read from a program has none)."""
 
     jax_fn: Callable[..., Any]
     heddle_fn: Callable[..., Any]
@@ -178,6 +179,7 @@ class _Candidate:
     rounded: bool = False
     operand: str | None = None
     inputs: tuple[int, ...] = (1,)
+    axes: tuple[str, ...] = ()
 
     def call(self, fn: Callable[..., Any], *xs: Any, **more: Any) -> Any:
         """``fn`` of the inputs ``xs`` with the candidate's keyword arguments and ``more``."""
@@ -192,8 +194,19 @@ class _Candidate:
 
     def given(self, values: dict[str, Any]) -> _Candidate:
         """The same function with ``values`` as further keyword arguments (and no scalars)."""
-        kw = (*self.kwargs, *values.items())
-        return _Candidate(self.jax_fn, self.heddle_fn, kw, operand=self.operand, inputs=self.inputs)
+        return dataclasses.replace(self, kwargs=(*self.kwargs, *values.items()), scalars=())
+
+    def along(self, ndim: int) -> Iterator[_Candidate]:
+        """The candidate, then, for a function with ``axes``, the candidate at each axis of an
+        input of ``ndim`` axes (with ``keepdims`` both ways where it takes one)."""
+        yield self
+        if not self.axes:
+            return
+        name, *keep = self.axes
+        for k in range(ndim):
+            for kd in (False, True) if keep else (None,):
+                kw = {name: k} if kd is None else {name: k, keep[0]: kd}
+                yield dataclasses.replace(self, kwargs=(*self.kwargs, *kw.items()), axes=())
 
     def sample(self, n: int, dtype: np.dtype) -> _Avals:
         """Input avals of size ``n`` along every axis, of ``dtype``: what it is first traced on."""
@@ -204,7 +217,7 @@ class _Candidate:
         """What tells candidates apart: the functions and each argument by type and bits (``0.0``
         and ``-0.0``, ``1.0`` and ``float32(1.0)`` are equal in Python, not here)."""
         kw = tuple((k, _value_key(v)) for k, v in self.kwargs)
-        return (self.jax_fn, self.heddle_fn, kw, self.operand)
+        return (self.jax_fn, self.heddle_fn, kw, self.operand, self.inputs, self.axes)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, _Candidate) and self.key == other.key
@@ -225,7 +238,7 @@ def _value_key(v: Any) -> Any:
 def _candidates() -> tuple[_Candidate, ...]:
     """The candidates of ``KNOWN_CALLS``; a name that JAX or heddle does not define here is none
     (``tests/programs/test_autocast_constants.py`` requires every one)."""
-    seen: set[tuple[int, tuple]] = set()
+    seen: set[tuple[int, tuple, tuple]] = set()
     out = []
     for known in KNOWN_CALLS:
         try:
@@ -233,13 +246,10 @@ def _candidates() -> tuple[_Candidate, ...]:
         except (ImportError, AttributeError):
             continue
         for kw in known.variants:
-            if (id(jfn), kw) not in seen:  # aliases (jax.nn.swish is jax.nn.silu) once
-                seen.add((id(jfn), kw))
-                out.append(
-                    _Candidate(
-                        jfn, hfn, kw, known.scalars, known.rounded, known.operand, known.inputs
-                    )
-                )
+            if (id(jfn), kw, known.inputs) not in seen:  # aliases (jax.nn.swish is silu) once
+                seen.add((id(jfn), kw, known.inputs))
+                more = (known.scalars, known.rounded, known.operand, known.inputs, known.axes)
+                out.append(_Candidate(jfn, hfn, kw, *more))
     return tuple(out)
 
 
@@ -709,11 +719,12 @@ def _hits(
     with ``c``'s own keyword arguments, or (``scalars``) with scalars read from the program."""
     for xs in _arguments(c, jaxpr.eqns[i:end], x):
         avals = tuple(map(_aval_of, xs))
-        tries = _with_scalars(c, avals, entry, jaxpr, i, end, frame) if scalars else (c,)
-        for given in tries:
-            hit = _recognise(given, _trace(given, avals), entry, jaxpr, i, end, xs, frame)
-            if hit is not None:
-                yield hit
+        for a in c.along(len(avals[0][0])):
+            tries = _with_scalars(a, avals, entry, jaxpr, i, end, frame) if scalars else (a,)
+            for given in tries:
+                hit = _recognise(given, _trace(given, avals), entry, jaxpr, i, end, xs, frame)
+                if hit is not None:
+                    yield hit
 
 
 def _ambiguous(
