@@ -316,17 +316,14 @@ def _exact(ev: Evaluator, frame: Frame, eqn: Any, seg: int) -> None:
         _copying_twin(frame, eqn)
 
 
-# The identity of each binary selection (``max(-inf, x)`` is ``x``).
-_IDENTITY_OF = {"max": -np.inf, "min": np.inf}
-
-
 def _past_identity(eqn: Any) -> Any | None:
     """The other operand of a binary ``max``/``min`` with its identity as a literal that the dtype
     holds as NaN: JAX's ``max(-inf, x)`` guard in ``float8_e8m0fnu``, which has no infinity (the
     same rule as a ``reduce``'s init value, ``_is_identity``). None for anything else."""
-    identity = _IDENTITY_OF.get(eqn.primitive.name)
-    if identity is None or len(eqn.invars) != 2:
+    kind = monoid(eqn.primitive.name)
+    if kind not in (Monoid.MAX, Monoid.MIN) or len(eqn.invars) != 2:
         return None
+    identity = _MONOIDS[kind][2]
     d = dtype_of(eqn.outvars[0])
     if d is None or D.kind(d) != "f" or not np.isnan(np.asarray(identity).astype(d)):
         return None
