@@ -65,6 +65,8 @@ class ConversionRules:
         dst = policy_dtype(eqn.outvars[0].aval)
         if src is None or dst is None or src == dst or x.aval.weak_type:
             return  # a Python scalar taking the array's dtype is POLICY.md 3, not a finding
+        if _unread(eqn.outvars[0], level):
+            return  # XLA drops it (a narrow copy that autocast made and nothing reads)
         site = self._site(eqn)
         explicit = site.explicit or (site.key is LIBRARY_BODY and ctx.explicit)
         lossy = not _lattice.lossless(src, dst) and not _exact_literal(x, dst)
@@ -206,6 +208,7 @@ class ConversionRules:
 _MOVES_ONE = having(Fact.FROM_FIRST)
 _IDENTITIES = having(Fact.IDENTITY)
 _ROUNDS = having(Fact.ROUNDS)
+_CHOOSES = having(Fact.CHOOSES)
 
 
 def _round_trip(x: Any, level: Level, dst: np.dtype) -> bool:
@@ -213,19 +216,34 @@ def _round_trip(x: Any, level: Level, dst: np.dtype) -> bool:
     ``dst`` holds: narrowing it back to ``dst`` gives back the same values (autocast's narrow dot
     reads its operands' float32 twins, ``cast(twin, bfloat16)``; ``x.astype(f32).astype(bf16)``).
     The walk enters a custom_jvp function's body (heddle.autodiff's float32 twin of a narrow value,
-    ``reduce_precision(convert(x))``, is one) and leaves it by its operands."""
-    v, levels = x, [(level, None)]  # the levels entered, each with the equation that holds it
-    for _ in range(UPSTREAM_LIMIT):
+    ``reduce_precision(convert(x))``, is one) and leaves it by its operands, leaves the body being
+    walked by the operand of the equation that holds it (a loop's constant), and follows every case
+    of a ``select_n``."""
+    return _trip(x, [(level, None)], dst, [UPSTREAM_LIMIT])
+
+
+def _trip(v: Any, levels: list[tuple[Level, Any]], dst: np.dtype, budget: list[int]) -> bool:
+    """``_round_trip`` from ``v`` in the innermost of ``levels`` (each with the equation that holds
+    it, None for the body being walked); ``budget`` bounds the steps of all branches together."""
+    while budget[0] > 0:
+        budget[0] -= 1
         if isinstance(v, jcore.Literal):
             return False
         lvl, holder = levels[-1]
         producer = lvl.producer.get(v)
         if producer is None:
-            if holder is None or v not in lvl.jaxpr.invars:
-                return False
-            v = holder.invars[lvl.jaxpr.invars.index(v)]
-            levels.pop()
-            continue
+            if holder is not None and v in lvl.jaxpr.invars:
+                v = holder.invars[lvl.jaxpr.invars.index(v)]
+                levels = levels[:-1]
+                continue
+            if holder is None and lvl.parent is not None:  # out of the body being walked
+                outer, eqn = lvl.parent
+                v = _outer_operand(eqn, lvl.jaxpr, v)
+                if v is None:
+                    return False
+                levels = [*levels[:-1], (outer, None)]
+                continue
+            return False
         name = producer.primitive.name
         if rule(name) is Rule.CONVERT:
             origin, wide = policy_dtype(producer.invars[0].aval), policy_dtype(v.aval)
@@ -235,6 +253,8 @@ def _round_trip(x: Any, level: Level, dst: np.dtype) -> bool:
                 and holds(wide, origin)
                 and holds(dst, origin)
             )
+        if name in _CHOOSES:
+            return all(_trip(case, levels, dst, budget) for case in producer.invars[1:])
         if name in _IDENTITIES:
             v = producer.invars[producer.outvars.index(v)]
         elif (name in _MOVES_ONE or name in _ROUNDS) and producer.invars:
@@ -242,12 +262,43 @@ def _round_trip(x: Any, level: Level, dst: np.dtype) -> bool:
         elif kind(name) is Body.CUSTOM_JVP:
             body = producer.params["call_jaxpr"]
             body = getattr(body, "jaxpr", body)
-            inner = Level(body)
             v = body.outvars[producer.outvars.index(v)]
-            levels.append((inner, producer))
+            levels = [*levels, (Level(body), producer)]
         else:
             return False
     return False
+
+
+def _unread(v: Any, level: Level) -> bool:
+    """Whether no equation of ``level`` reads ``v`` and it is not an output."""
+    return isinstance(v, jcore.DropVar) or (
+        not level.consumers(v) and all(v is not o for o in level.jaxpr.outvars)
+    )
+
+
+def _outer_operand(eqn: Any, body: Any, v: Any) -> Any | None:
+    """The operand of ``eqn`` that ``body``'s input ``v`` holds at every step (a loop's constant or
+    per-step input, a call's or branch's argument); None for a loop's carry, which later steps set."""
+    if v not in body.invars:
+        return None
+    i = body.invars.index(v)
+    p = eqn.params
+    k = kind(eqn.primitive.name)
+    if k is Body.SCAN:
+        carry = p["num_consts"] <= i < p["num_consts"] + p["num_carry"]
+        return None if carry else eqn.invars[i]
+    if k is Body.WHILE:
+        cond = getattr(p["cond_jaxpr"], "jaxpr", p["cond_jaxpr"]) is body
+        first, count = (0, p["cond_nconsts"]) if cond else (p["cond_nconsts"], p["body_nconsts"])
+        return eqn.invars[first + i] if i < count else None
+    if k is Body.COND:
+        return eqn.invars[1 + i]
+    if k in _POSITIONAL and len(body.invars) == len(eqn.invars):
+        return eqn.invars[i]
+    return None
+
+
+_POSITIONAL = (Body.JIT, Body.CALL, Body.CUSTOM_JVP, Body.CUSTOM_VJP, Body.REMAT, Body.SHARD_MAP)
 
 
 def _rounded_for_a_wider_use(eqn: Any, level: Level, src: np.dtype, sites: SiteCache) -> bool:
@@ -256,23 +307,26 @@ def _rounded_for_a_wider_use(eqn: Any, level: Level, src: np.dtype, sites: SiteC
     program gives it, whose consumers compute on its exact wide copy. heddle.autocast rounds each
     narrow result once and computes with its float32 twin; in its backward pass the transposes of
     those two conversions round each cotangent once to its primal's narrow dtype, the dtype JAX's
-    own cotangent has there (a relu's ``select_n`` between them is exact). A narrowing that a
-    narrow operation reads, a store into a narrow buffer (``bf16.at[i].set(f32)``, also when the
-    buffer is widened afterwards) and a narrow output (a bfloat16 gradient) are not this."""
+    own cotangent has there (a relu's ``select_n`` between them is exact). The walk enters the
+    bodies of calls that take the value as an operand (``jax.checkpoint``'s ``remat``, a ``jit``).
+    A narrowing that a narrow operation reads, a store into a narrow buffer (``bf16.at[i].set(f32)``,
+    also when the buffer is widened afterwards) and a narrow output (a bfloat16 gradient) are not
+    this."""
     (out,) = eqn.outvars
     dst = policy_dtype(out.aval)
     stored = level.producer.get(eqn.invars[0])
     if stored is not None and stored.primitive.name in _STORES:
         return False  # bf16.at[i].set(f32): the buffer promoted, stored into, narrowed back
-    frontier, seen = [out], set()
+    frontier: list[tuple[Level, Any]] = [(level, out)]
+    seen: set[Any] = set()
     while frontier:
-        v = frontier.pop()
+        lvl, v = frontier.pop()
         if v in seen:
             continue
         seen.add(v)
-        if len(seen) > UPSTREAM_LIMIT or isinstance(v, jcore.DropVar) or v in level.jaxpr.outvars:
+        if len(seen) > UPSTREAM_LIMIT or isinstance(v, jcore.DropVar) or v in lvl.jaxpr.outvars:
             return False
-        readers = level.consumers(v)
+        readers = lvl.consumers(v)
         if not readers:
             return False
         for r in readers:
@@ -283,10 +337,27 @@ def _rounded_for_a_wider_use(eqn: Any, level: Level, src: np.dtype, sites: SiteC
             elif name in _SELECTS_AND_COPIES and all(
                 policy_dtype(o.aval) == dst for o in r.outvars
             ):
-                frontier.extend(r.outvars)
+                frontier.extend((lvl, o) for o in r.outvars)
+            elif kind(name) in _POSITIONAL:
+                inner = _inner_inputs(r, v)
+                if not inner:
+                    return False
+                frontier.extend(inner)
             else:
                 return False
     return True
+
+
+def _inner_inputs(eqn: Any, v: Any) -> list[tuple[Level, Any]]:
+    """The inputs of ``eqn``'s bodies that hold its operand ``v`` (a call's bodies take its operands
+    in order); empty where a body does not."""
+    out: list[tuple[Level, Any]] = []
+    for sub in subjaxprs(eqn.params):
+        body = getattr(sub, "jaxpr", sub)
+        if len(body.invars) != len(eqn.invars):
+            return []
+        out.extend((Level(body), body.invars[i]) for i, a in enumerate(eqn.invars) if a is v)
+    return out
 
 
 _LOOPS = (Body.SCAN, Body.WHILE)

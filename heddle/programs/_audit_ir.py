@@ -127,10 +127,12 @@ _SHORT = {v: k for k, v in D.ALIASES.items() if v not in ("float8_e4m3fn", "floa
 
 
 class Level:
-    """One jaxpr being walked: who produces (``producer``) and who consumes each variable."""
+    """One jaxpr being walked: who produces (``producer``) and who consumes each variable; for a
+    body, the level and equation that hold it (``parent``)."""
 
-    def __init__(self, jaxpr: Any) -> None:
+    def __init__(self, jaxpr: Any, parent: tuple[Level, Any] | None = None) -> None:
         self.jaxpr = jaxpr
+        self.parent = parent
         self.producer: dict[Any, Any] = {}
         for eqn in jaxpr.eqns:
             for v in eqn.outvars:

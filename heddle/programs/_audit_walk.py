@@ -73,15 +73,22 @@ class Walker(ConversionRules, CotangentRules):
 
     # -- traversal -----------------------------------------------------------------------------
 
-    def walk(self, jaxpr: Any, ctx: Ctx | None = None, cotangents: set[Any] | None = None) -> None:
+    def walk(
+        self,
+        jaxpr: Any,
+        ctx: Ctx | None = None,
+        cotangents: set[Any] | None = None,
+        parent: tuple[Level, Any] | None = None,
+    ) -> None:
         """Walks ``jaxpr`` (a Jaxpr or ClosedJaxpr) and every jaxpr nested in its equations.
 
         ``cotangents`` are the inputs of ``jaxpr`` that hold cotangents (a body a backward equation
-        calls); the walk of the outermost jaxpr (no ``ctx``) also finishes the findings."""
+        calls), ``parent`` the level and equation that hold it; the walk of the outermost jaxpr (no
+        ``ctx``) also finishes the findings."""
         top = ctx is None
         jaxpr = getattr(jaxpr, "jaxpr", jaxpr)
         ctx = ctx or Ctx(None, False, False, ())
-        level = Level(jaxpr)
+        level = Level(jaxpr, parent)
         cts = set(cotangents or ())
         constants: set[Any] = set()
         for eqn in jaxpr.eqns:
@@ -122,7 +129,8 @@ class Walker(ConversionRules, CotangentRules):
                 )
                 for sub in subs:
                     body = getattr(sub, "jaxpr", sub)
-                    self.walk(sub, inner, body_cotangents(eqn, body, cts, computes_cotangents))
+                    cts_in = body_cotangents(eqn, body, cts, computes_cotangents)
+                    self.walk(sub, inner, cts_in, (level, eqn))
         if top:
             self._finish_cotangents()
 

@@ -106,6 +106,64 @@ def test_autocast_leaves_no_lossy_conversion_or_narrow_accumulation(case, includ
     assert all(f.file and f.line for f in report.findings), str(report)
 
 
+def _rnn(w, xs):
+    def step(h, xt):
+        h = jnp.tanh(h @ w + xt)  # w closed over: a constant of the scan
+        return h, h
+
+    _, hs = jax.lax.scan(step, jnp.zeros((16,), BF), xs)
+    return jnp.sum(hs.astype(F32))
+
+
+def _checkpointed(w, x):
+    return jnp.sum(jax.checkpoint(lambda q: jax.nn.gelu(q @ w))(x).astype(F32))
+
+
+_POSITIVE = jnp.linspace(0.5, 3, 16).astype(BF)
+
+# Models where autocast's own conversions were reported as implicit narrowings: a loop constant it
+# widens before the scan and narrows back inside (a round trip across the body's boundary), the
+# seed cotangent of jax.checkpoint (ones, exact), copies autocast made and nothing reads (around a
+# custom_jvp's operands, source ``?``), and a select_n between exact widenings (rel_entr's xlogx).
+ROUND_TRIPS = {
+    "scan with a closed-over weight": (_rnn, (jnp.full((16, 16), 0.1, BF), jnp.ones((8, 16), BF))),
+    "checkpoint": (_checkpointed, (jnp.full((16, 16), 0.1, BF), jnp.ones((8, 16), BF))),
+    "gamma.logpdf": (
+        lambda x: jnp.sum(jax.scipy.stats.gamma.logpdf(x, 2.5).astype(F32)),
+        (_POSITIVE,),
+    ),
+    "rel_entr": (
+        lambda x: jnp.sum(jax.scipy.special.rel_entr(x, x[::-1]).astype(F32)),
+        (_POSITIVE,),
+    ),
+}
+
+
+@pytest.mark.parametrize("include_backward", [False, True], ids=["forward", "forward+backward"])
+@pytest.mark.parametrize("case", list(ROUND_TRIPS))
+def test_autocasts_round_trips_across_bodies_are_not_lossy(case, include_backward):
+    fn, args = ROUND_TRIPS[case]
+    report = audit(autocast(fn), *args, include_backward=include_backward)
+    assert report.counts[LC] == 0, str(report)
+    assert {f.kind for f in report.findings} <= {NC}, str(report)
+    assert all(f.file and f.line for f in report.findings), str(report)
+
+
+def test_a_narrowing_of_a_computed_loop_constant_is_still_reported():
+    # the round trip is followed out of a body only to an exact widening: a float32 value computed
+    # outside and narrowed inside is the caller's own narrowing
+    def f(w, xs):
+        w32 = w.astype(F32) * 1.1  # float32, not an exact widening of a bfloat16
+
+        def step(h, xt):
+            return h + jnp.sum(w32.astype(BF) * xt), None
+
+        return jax.lax.scan(step, jnp.zeros((), BF), xs)[0]
+
+    report = audit(f, jnp.ones((16,), BF), jnp.ones((8, 16), BF), include_explicit=True)
+    assert report.counts[LC] == 1, str(report)
+
+
 def test_known_calls_audited_one_after_another_keep_their_own_sources():
     # (elu and leaky_relu select the input where x > 0: its float32 twin, an exact widening of the
     # bfloat16 value, narrowed back; it was read as an implicit narrowing of an input.)
