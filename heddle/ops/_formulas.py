@@ -1011,7 +1011,68 @@ def logaddexp(x1: ArrayLike, x2: ArrayLike, /) -> jax.Array:
     return _logaddexp(x1, x2)
 
 
+def isclose(
+    a: ArrayLike,
+    b: ArrayLike,
+    rtol: ArrayLike = 1e-05,
+    atol: ArrayLike = 1e-08,
+    equal_nan: bool = False,
+) -> jax.Array:
+    """``|a - b| <= atol + rtol |b|`` (as ``jnp.isclose``), evaluated in float32 for narrow floats.
+
+    The tolerances are rounded to the operands' dtype, as jax.numpy rounds them; the difference and
+    the bound are then float32 (``jnp.isclose`` of bfloat16 rounds ``|a - b|`` to bfloat16 first,
+    which can move it across the bound).
+
+    Args:
+      a, b: arrays of one dtype (heddle's common dtype of the operands).
+      rtol, atol: the relative and absolute tolerances.
+      equal_nan: whether two NaNs compare close.
+
+    Returns:
+      A bool array.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> a = jnp.asarray([1.0, 1.0078125], jnp.bfloat16)
+      >>> isclose(a, jnp.asarray([1.0, 1.0], jnp.bfloat16), rtol=0.0, atol=0.0078125).tolist()
+      [True, True]
+    """
+    d = np.dtype(jnp.result_type(a))
+    if not jnp.issubdtype(d, jnp.floating) or d.itemsize >= 4:
+        return jnp.isclose(a, b, rtol, atol, equal_nan)
+    wide = lambda t: lax.convert_element_type(lax.convert_element_type(t, d), np.float32)
+    return jnp.isclose(wide(a), wide(b), wide(rtol), wide(atol), equal_nan)
+
+
+def allclose(
+    a: ArrayLike,
+    b: ArrayLike,
+    rtol: ArrayLike = 1e-05,
+    atol: ArrayLike = 1e-08,
+    equal_nan: bool = False,
+) -> jax.Array:
+    """Whether every element of ``a`` and ``b`` is ``isclose``.
+
+    Args:
+      a, b: arrays of one dtype (heddle's common dtype of the operands).
+      rtol, atol: the relative and absolute tolerances.
+      equal_nan: whether two NaNs compare close.
+
+    Returns:
+      A bool scalar array.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> bool(allclose(jnp.ones(3, jnp.bfloat16), jnp.ones(3, jnp.bfloat16)))
+      True
+    """
+    return jnp.all(isclose(a, b, rtol, atol, equal_nan))
+
+
 NUMPY = {
+    "isclose": isclose,
+    "allclose": allclose,
     "sinc": sinc,
     "i0": i0,
     "sinh": sinh,
