@@ -733,8 +733,13 @@ def _ambiguous(
     """Whether another variant of the ``hit``'s function traces to the same equations on its
     inputs: a constant JAX built in the input dtype can hide the argument that made it
     (``jnp.cov`` of a float16 ``(16, 3000)`` input divides by 3000 for ``ddof=1`` and ``ddof=0``
-    alike: 2999 is no float16), and the call is then not known, evaluated primitive by primitive."""
+    alike: 2999 is no float16), and the call is then not known, evaluated primitive by primitive.
+    A call the program cannot tell from the function's default is taken for the default (tried
+    first): most calls are, and the variants then differ by less than the input dtype's rounding
+    of the constant that hides them (``N - ddof``), which primitive by primitive computes with."""
     c, xs = hit.candidate, hit.xs
+    if not c.kwargs:
+        return False
     avals = tuple(map(_aval_of, xs))
     others = [o for o in here if o.jax_fn is c.jax_fn and o != c]
     mine = _heddle_text(c, avals)
