@@ -1,12 +1,12 @@
 """The contraction rule behind heddle's float32 backward pass.
 
 ``contract(lhs, rhs, lhs32, rhs32, ...)`` is ``lax.dot_general`` on the operands as given (narrow, so
-the forward runs exactly the contraction it replaces and keeps the narrow operands as residuals),
-whose tangent is taken through the float32 twins ``lhs32``/``rhs32`` (same values). It is a
-``jax.custom_jvp`` function, so forward mode, reverse mode (JAX linearises the JVP rule and transposes
-it) and ``vmap`` all apply. The tangent contraction mixes a float32 tangent with the narrow residual
-and accumulates in float32, as JAX's own transpose does; its result is a float32 cotangent for the
-twin, summed with the twin's other cotangents before any rounding.
+the forward runs exactly the contraction it replaces), whose tangent is the same contraction of the
+float32 twins ``lhs32``/``rhs32`` (same values): ``heddle.programs._on_twins.on_twins``, the rule
+autocast's narrow dot and tie-counting selections use too. It is a ``jax.custom_jvp`` function, so
+forward mode, reverse mode (JAX linearises the JVP rule and transposes it) and ``vmap`` all apply.
+The tangent contraction accumulates in float32, as JAX's own transpose does; its result is a float32
+cotangent for the twin, summed with the twin's other cotangents before any rounding.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from typing import Any
 import jax
 import numpy as np
 from jax import lax
-from jax.custom_derivatives import SymbolicZero
+
+from heddle.programs._on_twins import on_twins
 
 _F32 = np.dtype("float32")
 
@@ -33,26 +34,14 @@ def _contraction(
         out_sharding=out_sharding,
     )
 
-    @jax.custom_jvp
-    def dot(lhs, rhs, lhs32, rhs32):
+    def dot(lhs32, rhs32, lhs, rhs):
         del lhs32, rhs32
         return lax.dot_general(lhs, rhs, **kw)
 
-    def dot_jvp(primals, tangents):
-        lhs, rhs, _, _ = primals
-        _, _, t_lhs, t_rhs = tangents  # the tangents of the narrow values are those of the twins
-        out = dot(*primals)
-        terms = []
-        if not isinstance(t_lhs, SymbolicZero):
-            terms.append(lax.dot_general(t_lhs, like(rhs, t_lhs), **kw))
-        if not isinstance(t_rhs, SymbolicZero):
-            terms.append(lax.dot_general(like(lhs, t_rhs), t_rhs, **kw))
-        if not terms:
-            return out, lax.full_like(out, 0)
-        return out, terms[0] if len(terms) == 1 else terms[0] + terms[1]
+    def derivative(lhs32, rhs32):
+        return lax.dot_general(lhs32, rhs32, **kw)
 
-    dot.defjvp(dot_jvp, symbolic_zeros=True)
-    return dot
+    return lambda lhs, rhs, lhs32, rhs32: on_twins(dot, derivative, [lhs32, rhs32], [lhs, rhs])
 
 
 def like(x: jax.Array, other: jax.Array) -> jax.Array:

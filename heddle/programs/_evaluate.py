@@ -27,12 +27,10 @@ import functools
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import jax
 import numpy as np
 from jax import lax
 from jax._src import source_info_util
 from jax._src.lax.lax import canonicalize_precision
-from jax.custom_derivatives import SymbolicZero
 from jax.extend import core as jcore
 
 from heddle.ops import _nanprop
@@ -55,6 +53,7 @@ from heddle.policy._rules import acc_dtype
 from heddle.programs import _known
 from heddle.programs._audit_source import LIBRARY_BODY, SiteCache, entry_name
 from heddle.programs._frame import Frame, _here, dtype_of, is_narrow
+from heddle.programs._on_twins import on_twins
 from heddle.programs._table import Fact, Monoid, Rule, has, having, monoid, names, rule
 
 # The control flow of jax.lax a program writes itself: what crosses its bodies' boundary is rounded
@@ -355,19 +354,10 @@ def _selection(frame: Frame, eqn: Any, seg: int) -> None:
             return _nanprop.reduce(name, y, eqn.params["axes"], bind)
         return bind(y)
 
-    @jax.custom_jvp
     def selected(tw: Any, x: Any) -> Any:
         return lax.convert_element_type(select(x), tw.dtype)
 
-    @functools.partial(selected.defjvp, symbolic_zeros=True)
-    def _(primals: tuple[Any, Any], tangents: tuple[Any, Any]) -> tuple[Any, Any]:
-        tw, t = primals[0], tangents[0]
-        if isinstance(t, SymbolicZero):
-            out = selected(*primals)
-            return out, lax.zeros_like_array(out)  # type: ignore[attr-defined]
-        return jax.jvp(select, (tw,), (t,))
-
-    frame.write_rounded(v, selected(frame.wide(a, seg), frame.read(a)), seg)
+    frame.write_rounded(v, on_twins(selected, select, [frame.wide(a, seg)], [frame.read(a)]), seg)
 
 
 def _propagating(ev: Evaluator, frame: Frame, eqn: Any, seg: int, wide: bool) -> None:
@@ -613,23 +603,8 @@ def _narrow_dot(lw: Any, rw: Any, d: np.dtype, params: dict[str, Any]) -> Any:
     dtype before the cotangents of a value used twice are added; here every cotangent is float32
     and the sum is rounded once (POLICY.md 7), as for every other op autocast evaluates."""
 
-    @jax.custom_jvp
-    def dot(lw: Any, rw: Any) -> Any:
-        return lax.dot_general(cast(lw, d), cast(rw, d), **params)
-
-    @functools.partial(dot.defjvp, symbolic_zeros=True)
-    def _(primals: tuple[Any, Any], tangents: tuple[Any, Any]) -> tuple[Any, Any]:
-        lw, rw = primals
-        a, b = cast(lw, d), cast(rw, d)
-        out = lax.dot_general(a, b, **params)
-        terms = [
-            lax.dot_general(t, b, **params) if i == 0 else lax.dot_general(a, t, **params)
-            for i, t in enumerate(tangents)
-            if not isinstance(t, SymbolicZero)
-        ]
-        return out, functools.reduce(lax.add, terms) if terms else lax.zeros_like_array(out)  # type: ignore[attr-defined]
-
-    return dot(lw, rw)
+    narrow = lambda lw, rw: lax.dot_general(cast(lw, d), cast(rw, d), **params)
+    return on_twins(narrow, functools.partial(lax.dot_general, **params), [lw, rw])
 
 
 def _cpu_layout(args: list[Any], params: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
