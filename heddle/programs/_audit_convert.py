@@ -78,11 +78,18 @@ class ConversionRules:
         external = _external(x, level, site.key, self.sites)
         if external and not self._backward(eqn, ctx):  # backward converts transpose forward ones
             self._promotion(eqn, level, ctx, site)
+        backward = self._backward(eqn, ctx)
+        narrows_input = lossy and (external or self._narrows_an_input(x, level, site.key, dst))
+        if lossy and not backward and _received(x, level, dst):
+            # data the function was given, rounded (``full_like(x_bf16, w_f32)``), however it is
+            # read afterwards (autocast reads it through its float32 copy, as its own roundings)
+            self._lossy(eqn, ctx, src, dst, "implicit")
+            return
         if lossy and _rounded_for_a_wider_use(eqn, level, src, self.sites):
             return  # a value rounded once to its own narrow dtype and read through its wide copy
-        if lossy and self._backward(eqn, ctx) and _read_by_loops(eqn, level):
+        if lossy and backward and _read_by_loops(eqn, level):
             return  # a cotangent rounded once for a loop with narrow carries: the loop's finding
-        if lossy and (external or self._narrows_an_input(x, level, site.key, dst)):
+        if narrows_input:
             self._lossy(eqn, ctx, src, dst, "implicit")
         elif lossy and _integer_accumulator_store(x, level, src, dst):
             self._lossy(eqn, ctx, src, dst, "implicit")  # JAX's dtype kept: the sum wraps
@@ -266,6 +273,40 @@ def _trip(v: Any, levels: list[tuple[Level, Any]], dst: np.dtype, budget: list[i
             levels = [*levels, (Level(body), producer)]
         else:
             return False
+    return False
+
+
+def _received(x: Any, level: Level, dst: np.dtype) -> bool:
+    """Whether ``x`` holds, through ops that only move values (every value operand of a ``pad``,
+    ``select_n``, ``concatenate``, ...), float data the function was given that ``dst`` does not
+    hold: an input or constant of the outermost jaxpr (out of a body by the operand its equation
+    passes in), or an inexact literal. A value computed anywhere, or converted, is not."""
+    frontier, seen = [(x, level)], set()
+    while frontier:
+        v, lvl = frontier.pop()
+        if isinstance(v, jcore.Literal):
+            d = policy_dtype(v.aval)
+            if d is not None and D.is_inexact(d) and not _exact_literal(v, dst):
+                return True
+            continue
+        d = policy_dtype(v.aval)
+        if v in seen or d is None or not D.is_inexact(d) or holds(dst, d):
+            continue  # an index, a predicate, or a value ``dst`` holds: nothing of it is lost
+        seen.add(v)
+        if len(seen) > UPSTREAM_LIMIT:
+            return False
+        producer = lvl.producer.get(v)
+        if producer is None:
+            if lvl.parent is None:
+                if v in lvl.jaxpr.invars or v in lvl.jaxpr.constvars:
+                    return True
+                continue
+            outer, eqn = lvl.parent
+            u = _outer_operand(eqn, lvl.jaxpr, v)
+            if u is not None:
+                frontier.append((u, outer))
+        elif producer.primitive.name in DATA_MOVEMENT:
+            frontier.extend((a, lvl) for a in producer.invars)
     return False
 
 

@@ -149,6 +149,32 @@ def test_autocasts_round_trips_across_bodies_are_not_lossy(case, include_backwar
     assert all(f.file and f.line for f in report.findings), str(report)
 
 
+_W = jnp.asarray([0.123456789], F32)  # not a bfloat16
+
+# float32 data the function is given, stored into bfloat16 by a library call: autocast reads the
+# rounded value through its float32 copy, as it reads its own roundings, which hid these
+GIVEN_DATA = {
+    "full_like": lambda x, w: jnp.full_like(x, w[0]).astype(F32) - w[0],
+    "pad": lambda x, w: jnp.pad(x, 1, constant_values=w[0]) * 2,
+    "nan_to_num": lambda x, w: jnp.nan_to_num(x, nan=w[0]).astype(F32),
+    "in a scan body": lambda x, w: jax.lax.scan(
+        lambda c, _: (jnp.full_like(c, w[0]) + c, None), x, None, length=3
+    )[0],
+}
+
+
+@pytest.mark.parametrize("case", list(GIVEN_DATA))
+def test_given_float32_data_narrowed_is_reported_under_autocast_too(case):
+    # before: audit(f) reported 1 lossy_conversion and audit(autocast(f)) 0 (x.at[i].set(f32) was
+    # reported: test_a_real_implicit_narrowing_is_still_reported)
+    fn, x = GIVEN_DATA[case], jnp.asarray([0.0, 1.0, 256.0, -3.0], BF)
+    assert audit(fn, x, _W).counts[LC] == 1
+    report = audit(autocast(fn), x, _W)
+    assert report.counts[LC] == 1, str(report)
+    (lc,) = report.of_kind(LC)
+    assert (lc.dtypes, lc.out_dtype, lc.origin) == (("f32",), "bf16", "implicit")
+
+
 def test_a_narrowing_of_a_computed_loop_constant_is_still_reported():
     # the round trip is followed out of a body only to an exact widening: a float32 value computed
     # outside and narrowed inside is the caller's own narrowing
