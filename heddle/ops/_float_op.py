@@ -17,7 +17,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from heddle.ops._core import compute_dtype, remember
+from heddle.ops._core import _EAGER, compute_dtype, remember
 from heddle.ops._scalars import materialise
 from heddle.ops.lowering import cast
 from heddle.policy import _dtypes as D
@@ -222,6 +222,8 @@ def float_op(
             kernel = kernels.get(key)
         except TypeError:  # an unhashable non-array argument: run op by op
             return compute(new_args, new_kwargs, result, p)
+        if kernel is _EAGER:
+            return compute(new_args, new_kwargs, result, p)
         if kernel is None:
 
             def run(*arrays: Any, template: tuple = template) -> Any:
@@ -229,6 +231,10 @@ def float_op(
                 return compute(a, k, result, p)
 
             kernel = remember(kernels, key, jax.jit(run))
-        return kernel(*arrays)
+        try:
+            return kernel(*arrays)
+        except jax.errors.ConcretizationTypeError:  # Python on values (lstsq's numpy_resid=True)
+            kernels[key] = _EAGER
+            return compute(new_args, new_kwargs, result, p)
 
     return op

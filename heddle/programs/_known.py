@@ -146,9 +146,12 @@ KNOWN_CALLS: tuple[Known, ...] = (
     *_each("numpy.logaddexp2", inputs=(1, 1)),
     # default cut-offs from the input dtype's eps (bfloat16's 0.0078 times the size drops most
     # singular values: lstsq and polyfit returned zeros, pinv had no output correctly rounded)
-    *_each("numpy.linalg.pinv numpy.linalg.matrix_rank", inputs=(2,)),
+    *(
+        Known(name, ((), (("hermitian", True),)), inputs=(2,))
+        for name in ("numpy.linalg.pinv", "numpy.linalg.matrix_rank")
+    ),
     *_each("numpy.linalg.lstsq", inputs=(2, 1)),
-    Known("numpy.polyfit", tuple((("deg", d),) for d in range(11)), inputs=(1, 1)),
+    Known("numpy.polyfit", tuple((("deg", d),) for d in range(16)), inputs=(1, 1)),
 )
 """The known calls; ``docs/autocast.md`` gives the inputs each one changed."""
 
@@ -436,7 +439,24 @@ def _by_entry() -> dict[Any, list[tuple[_Candidate, _Look | None]]]:
         seen = first_look(c)
         if seen is not None:
             out.setdefault(seen[0], []).append((c, seen[1]))
+            broadcast = _broadcast_look(c, seen)
+            if broadcast is not None:
+                out[seen[0]].append((c, broadcast))
     return out
+
+
+def _broadcast_look(c: _Candidate, seen: tuple[Any, _Look | None]) -> _Look | None:
+    """The look of a traced candidate with several inputs whose inputs broadcast against each
+    other (the first one a rank higher: JAX broadcasts the others first), where it differs from
+    ``seen``'s: ``logaddexp2`` of ``(64, 1)`` and ``(50,)`` begins with a ``broadcast_in_dim``."""
+    if len(c.inputs) < 2 or seen[1] is None:
+        return None
+    first, *rest = c.sample(2, _BFLOAT16)
+    t = _trace(c, ((first[0] + (1,), _BFLOAT16, False), *rest))
+    if t is None or t.entry != seen[0]:
+        return None
+    look = _look(t.jaxpr.jaxpr.eqns[0])
+    return None if look == seen[1] else look
 
 
 # -- equal up to names -------------------------------------------------------------------------------
@@ -594,8 +614,8 @@ _MOST_INPUTS = 4  # the free variables of a call tried as a candidate's several 
 
 def _arguments(c: _Candidate, eqns: Sequence[Any], x: Any) -> Iterator[tuple[Any, ...]]:
     """The program variables to try as ``c``'s inputs, ``x`` (the call's first narrow input) among
-    them: ``(x,)`` for one input; for several, each ordering of the call's first free variables
-    (read and not defined by ``eqns``) that holds ``x``."""
+    them: ``(x,)`` for one input; for several, each tuple of the call's first free variables
+    (read and not defined by ``eqns``) that holds ``x``, a variable repeated included."""
     if len(c.inputs) == 1:
         yield (x,)
         return
@@ -606,8 +626,8 @@ def _arguments(c: _Candidate, eqns: Sequence[Any], x: Any) -> Iterator[tuple[Any
             if isinstance(a, jcore.Var) and a not in defined and a not in free:
                 free.append(a)
         defined.update(e.outvars)
-    for xs in itertools.permutations(free[:_MOST_INPUTS], len(c.inputs)):
-        if any(v is x for v in xs):
+    for xs in itertools.product(free[:_MOST_INPUTS], repeat=len(c.inputs)):
+        if any(v is x for v in xs):  # the same variable twice too: logaddexp2(x, x)
             yield xs
 
 
