@@ -266,7 +266,7 @@ def _vmapped(c: _Candidate, k: int, axis: int = 0) -> _Candidate:
     for level in range(k):
         at = axis if level == k - 1 else 0
         jfn, hfn = jax.vmap(jfn, in_axes=at), jax.vmap(hfn, in_axes=at)
-    return _Candidate(jfn, hfn, ())
+    return _Candidate(jfn, hfn, (), inputs=tuple(rank + k for rank in c.inputs))
 
 
 @functools.cache
@@ -276,10 +276,8 @@ def _batched_looks() -> list[tuple[_Candidate, _Look | None]]:
     out: list[tuple[_Candidate, _Look | None]] = []
     for group in _by_entry().values():
         for c, look in group:
-            if len(c.inputs) > 1:  # one input under vmap
-                continue
             if look is None:
-                t = _trace(_vmapped(c, 1), (((2,) * (c.inputs[0] + 1), _BFLOAT16, False),))
+                t = _trace(_vmapped(c, 1), _vmapped(c, 1).sample(2, _BFLOAT16))
                 if t is None:
                     continue
                 look = _look(t.jaxpr.jaxpr.eqns[0])
@@ -725,6 +723,9 @@ def calls(
             hit = next(
                 (h for c in here for h in _hits(c, True, entry, jaxpr, i, end, x, frame)), None
             )
+        if hit is None:  # a Python or jitted function under jax.vmap keeps its own entry (lstsq)
+            own = [c for c, want in group if want is None or (want == look and want[1])]
+            hit = _batched(own, jaxpr, i, end, x, frame)
         if hit is None:
             return None
         found.append(hit)
@@ -786,15 +787,20 @@ def _batched(
     its equations begin with)."""
     best: Call | None = None
     for c in here:
-        avals = (_aval_of(x),)
-        ndim = len(avals[0][0])
-        # one vmap over any axis, two over leading axes
-        for k, axis in [*((1, a) for a in range(ndim)), *([(2, 0)] if ndim >= 2 else [])]:
-            vc = _vmapped(c, k, axis)
-            t = _trace(vc, avals)
-            hit = None if t is None else _recognise(vc, t, t.entry, jaxpr, i, end, (x,), frame)
-            if hit is not None and (best is None or hit.size > best.size):
-                best = hit
+        for xs in _arguments(c, jaxpr.eqns[i:end], x):
+            avals = tuple(map(_aval_of, xs))
+            ndim = len(avals[0][0])
+            # one vmap over any axis, two over leading axes (every input along the same), and
+            # the function at each of its own axes
+            for k, axis in [*((1, a) for a in range(ndim)), *([(2, 0)] if ndim >= 2 else [])]:
+                for a in c.along(ndim - k):
+                    vc = _vmapped(a, k, axis)
+                    t = _trace(vc, avals)
+                    hit = (
+                        None if t is None else _recognise(vc, t, t.entry, jaxpr, i, end, xs, frame)
+                    )
+                    if hit is not None and (best is None or hit.size > best.size):
+                        best = hit
     return best
 
 
