@@ -163,6 +163,7 @@ class Evaluator:
         library call (``_known``) as heddle's own function of its input."""
         eqns = jaxpr.eqns
         dead = _dead_after(jaxpr)
+        frame.producers.update((v, e) for e in eqns for v in e.outvars)
         i = 0
         last = self.segment
         while i < len(eqns):
@@ -291,7 +292,7 @@ _TIE_COUNTING = having(Fact.COUNTS_TIES)
 
 
 def _exact(ev: Evaluator, frame: Frame, eqn: Any, seg: int) -> None:
-    other = _past_identity(eqn)
+    other = _past_identity(frame, eqn)
     if other is not None:
         frame.inherit(eqn.outvars[0], frame, other)
         return
@@ -315,10 +316,12 @@ def _exact(ev: Evaluator, frame: Frame, eqn: Any, seg: int) -> None:
         _copying_twin(frame, eqn)
 
 
-def _past_identity(eqn: Any) -> Any | None:
+def _past_identity(frame: Frame, eqn: Any) -> Any | None:
     """The other operand of a binary ``max``/``min`` with its identity as a literal that the dtype
-    holds as NaN: JAX's ``max(-inf, x)`` guard in ``float8_e8m0fnu``, which has no infinity (the
-    same rule as a ``reduce``'s init value, ``_is_identity``). None for anything else."""
+    holds as NaN, where that operand is a ``max``/``min`` reduction of the same kind: JAX's
+    ``max(-inf, reduce_max(x))`` guard (softmax, logsumexp) in a float8 format without infinities
+    (the same rule as a ``reduce``'s init value, ``_is_identity``). None for anything else: a NaN
+    the code wrote (``jnp.maximum(x, jnp.nan)``) stays NaN."""
     kind = monoid(eqn.primitive.name)
     if kind not in (Monoid.MAX, Monoid.MIN) or len(eqn.invars) != 2:
         return None
@@ -333,9 +336,19 @@ def _past_identity(eqn: Any) -> Any | None:
             and isinstance(other, jcore.Var)
             and getattr(other.aval, "shape", None) == getattr(eqn.outvars[0].aval, "shape", ())
             and _is_identity(lit, identity, d)
+            and _reduces(frame.producers.get(other), kind)
         ):
             return other
     return None
+
+
+def _reduces(eqn: Any, kind: Monoid) -> bool:
+    """Whether ``eqn`` is a ``kind`` (max or min) reduction: ``reduce_max``, or a ``reduce`` with
+    that body (JAX's reduction of a float8 format without infinities)."""
+    if eqn is None or not eqn.primitive.name.startswith("reduce"):
+        return False
+    name = eqn.primitive.name
+    return monoid(name.removeprefix("reduce_")) is kind if "_" in name else _monoid(eqn) is kind
 
 
 def _selection(frame: Frame, eqn: Any, seg: int) -> None:

@@ -107,6 +107,7 @@ class Frame:
         # twins that lazy twins of other variables read (``twin_ref``), not yet asked for themselves:
         # ``twin`` takes one from here, so every use of a variable shares one twin
         self.referenced_twins: dict[Any, _Once] = {}
+        self.producers: dict[Any, Any] = {}  # var -> the equation of the jaxpr that produces it
 
     # -- values ----------------------------------------------------------------------------------
 

@@ -99,6 +99,22 @@ def test_float8_softmax_and_logsumexp_round_the_exact_value(name, dtype):
         assert np.all((got == lo) | (got == hi)), f
 
 
+@pytest.mark.parametrize(
+    "dtype", [jnp.float8_e4m3fn, jnp.float8_e8m0fnu], ids=["e4m3fn", "e8m0fnu"]
+)
+@pytest.mark.parametrize(
+    "fn",
+    [lambda x: jnp.maximum(x, jnp.nan), lambda x: lax.min(x, jnp.asarray(jnp.nan, x.dtype))],
+    ids=["maximum", "lax.min"],
+)
+def test_a_nan_the_code_writes_stays_nan_in_float8(fn, dtype):
+    # only JAX's max(-inf, reduce_max(x)) guard takes the reduction: a NaN operand the code wrote
+    # propagates, as NumPy's maximum does and POLICY.md's "NaN stays NaN" (it was dropped)
+    x = jnp.asarray([0.5, 1.0, 2.0, 4.0], dtype)
+    for f in _both(fn):
+        assert np.isnan(np.asarray(f(x), np.float32)).all()
+
+
 def test_generic_reduce_keeps_an_init_value_that_is_not_the_identity():
     x = jnp.full((1000,), 0.1, jnp.bfloat16)
     init = np.asarray(1.0, jnp.bfloat16)
