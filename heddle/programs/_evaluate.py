@@ -345,10 +345,10 @@ def _past_identity(frame: Frame, eqn: Any) -> Any | None:
 def _reduces(eqn: Any, kind: Monoid) -> bool:
     """Whether ``eqn`` is a ``kind`` (max or min) reduction: ``reduce_max``, or a ``reduce`` with
     that body (JAX's reduction of a float8 format without infinities)."""
-    if eqn is None or not eqn.primitive.name.startswith("reduce"):
+    if eqn is None:
         return False
     name = eqn.primitive.name
-    return monoid(name.removeprefix("reduce_")) is kind if "_" in name else _monoid(eqn) is kind
+    return name == kind.value or (rule(name) is Rule.MONOID and _monoid(eqn) is kind)
 
 
 def _selection(frame: Frame, eqn: Any, seg: int) -> None:
