@@ -34,13 +34,17 @@ CASES = ["mlp-bfloat16", "mlp-float16", "transformer-bfloat16"]
 
 
 @pytest.fixture(scope="module")
-def errors():
+def errors(request):
+    """The cases of ``test_gradients_against_float64_reference`` this run selected, computed in one
+    subprocess (the default run leaves the longer ones to ``-m slow``)."""
+    chosen = {item.name for item in request.session.items}
+    cases = [c for c in CASES if f"test_gradients_against_float64_reference[{c}]" in chosen]
     env = dict(os.environ, XLA_FLAGS="--xla_cpu_experimental_ynn_fusion_type=", JAX_PLATFORMS="cpu")
     env["PYTHONPATH"] = os.pathsep.join(
         filter(None, [str(HERE), str(HERE.parents[1]), env.get("PYTHONPATH")])
     )
     r = subprocess.run(
-        [sys.executable, str(HERE / "_ad_model_errors.py"), *CASES],
+        [sys.executable, str(HERE / "_ad_model_errors.py"), *cases],
         env=env, capture_output=True, text=True, timeout=900,
     )  # fmt: skip
     assert r.returncode == 0, r.stderr[-4000:]

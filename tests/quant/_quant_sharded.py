@@ -216,5 +216,8 @@ def shard_map_case(fmt: str) -> dict:
 
 if __name__ == "__main__":
     assert jax.device_count() == 8
-    full = sys.argv[1:] == ["full"]
-    print(json.dumps({"sweep": sweep(full), "issue": {} if full else issue_cases()}))
+    mode = sys.argv[1] if sys.argv[1:] else "issue"
+    if mode == "issue":
+        print(json.dumps({"issue": issue_cases()}))
+    else:
+        print(json.dumps({"sweep": sweep(full=mode == "full")}))

@@ -1,8 +1,9 @@
 """quantize / dequantize on 8 host devices with jax.make_mesh's defaults (explicit axes).
 
-A subprocess (``_quant_sharded.py``) runs every case and reports; a sharded result must equal the
-unsharded one bit for bit, NaN on exactly the blocks that hold inf or NaN, and a layout whose
-blocks straddle devices is refused with a ``FormatError`` whose reshard, run, gives that result.
+A subprocess (``_quant_sharded.py``) runs the cases and reports (the layout sweeps run only under
+``-m slow``): a sharded result must equal the unsharded one bit for bit, NaN on exactly the blocks
+that hold inf or NaN, and a layout whose blocks straddle devices is refused with a ``FormatError``
+whose reshard, run, gives that result.
 """
 
 from __future__ import annotations
@@ -32,12 +33,13 @@ def _check_sweep(cases: dict) -> None:
 
 
 @pytest.mark.slow
-def test_non_finite_blocks_stay_nan_when_sharded(observed):
-    _check_sweep(observed["sweep"])
+def test_non_finite_blocks_stay_nan_when_sharded(on_8_devices):
+    sweep = on_8_devices(SCRIPT, "quick")["sweep"]
+    _check_sweep(sweep)
     # blocks inside one device and a per-channel block across all 8: neither is refused
     for fmt in ("int8", "int4", "float4_e2m1fn", "nf4"):
-        assert "refused" not in observed["sweep"][f"{fmt} {{'axis': 0}} P('d',)"], fmt
-        assert "refused" not in observed["sweep"][f"{fmt} {{}} P('d',)"], fmt
+        assert "refused" not in sweep[f"{fmt} {{'axis': 0}} P('d',)"], fmt
+        assert "refused" not in sweep[f"{fmt} {{}} P('d',)"], fmt
 
 
 def test_row_sharded_nf4_weight_and_sharded_vectors(observed):
