@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 from jax import lax
-from jax._src import source_info_util
+from jax._src import core, source_info_util
 from jax._src.lax.lax import canonicalize_precision
 from jax.extend import core as jcore
 
@@ -164,6 +164,9 @@ class Evaluator:
         eqns = jaxpr.eqns
         dead = _dead_after(jaxpr)
         frame.producers.update((v, e) for e in eqns for v in e.outvars)
+        frame.concrete = isinstance(core.trace_ctx.trace, core.EvalTrace)  # an eager call
+        if frame.concrete:
+            frame.unshadowed.update(self._unshadowed(jaxpr))
         i = 0
         last = self.segment
         while i < len(eqns):
@@ -189,6 +192,25 @@ class Evaluator:
 
     def _key(self, eqn: Any) -> Any:
         return self.sites.site(eqn.source_info.traceback).key
+
+    def _unshadowed(self, jaxpr: Any) -> set[Any]:
+        """The variables whose shadow no equation can read: every equation reading one belongs
+        to another library call than the one producing it (a different call site, not the body of
+        a jitted helper), and the jaxpr does not return it (a later batch of an eager call may
+        continue its call). Their equations may round at once, in one fused kernel."""
+        keys = {}
+        for e in jaxpr.eqns:
+            k = self._key(e)
+            for v in e.outvars:
+                keys[v] = k
+        out = {v for v, k in keys.items() if k is not LIBRARY_BODY}
+        for e in jaxpr.eqns:
+            k = self._key(e)
+            for a in e.invars:
+                if isinstance(a, jcore.Var) and a in out and (k is LIBRARY_BODY or k == keys[a]):
+                    out.discard(a)
+        out.difference_update(a for a in jaxpr.outvars if isinstance(a, jcore.Var))
+        return out
 
     def eqn(self, frame: Frame, eqn: Any, seg: int) -> None:
         """One equation under its rule."""
@@ -224,6 +246,43 @@ class Evaluator:
         outs = ans if eqn.primitive.multiple_results else [ans]
         for v, x in zip(eqn.outvars, outs, strict=True):
             frame.write_rounded(v, x, seg)
+
+    def bind_acc(self, frame: Frame, eqn: Any, seg: int, kinds: str) -> None:
+        """``bind_wide`` on every operand at its accumulation dtype (``to_acc``; operands of dtype
+        kinds other than ``kinds`` as they are).
+
+        On concrete values (an eager call) the equation runs as one jitted kernel that widens
+        its variable operands itself and, where no equation of the same library call reads a
+        result unrounded, rounds the results too: bit for bit the same values, without a float32
+        copy of an operand or a result in memory (XLA fuses the conversions into the operation).
+        """
+
+        def operand(a: Any) -> Any:
+            d = dtype_of(a)
+            return (
+                self.to_acc(frame, a, seg)
+                if d is not None and D.kind(d) in kinds
+                else frame.read(a)
+            )
+
+        widen = _widening(self, frame, eqn, seg, kinds)
+        if frame.concrete:
+            rounded = all(v in frame.unshadowed for v in eqn.outvars)
+            params = eqn.primitive.get_bind_params(eqn.params)
+            kernel = _fused(eqn, params, widen, rounded)
+            if kernel is not None:
+                args = [
+                    frame.read(a) if w is not None else operand(a)
+                    for a, w in zip(eqn.invars, widen, strict=True)
+                ]
+                for v, x in zip(eqn.outvars, kernel(*args), strict=True):
+                    if rounded:
+                        frame.write(v, x)
+                    else:
+                        frame.write_rounded(v, x, seg)
+                return
+        args = [operand(a) for a in eqn.invars]
+        self.bind_wide(frame, eqn, seg, args)
 
     def shadowed(self, frame: Frame, eqn: Any, seg: int) -> bool:
         return any(frame.shadow(a, seg) is not None for a in eqn.invars)
@@ -275,6 +334,61 @@ def _dead_after(jaxpr: Any) -> list[list[Any]]:
     return dead
 
 
+def _widening(ev: Evaluator, frame: Frame, eqn: Any, seg: int, kinds: str) -> tuple[Any, ...]:
+    """For each operand of ``eqn``, the accumulation dtype that ``to_acc`` widens its value to
+    exactly, or None: a literal, a dtype of another kind than ``kinds`` or already at its
+    accumulation dtype, a narrow float read through its shadow (this call's unrounded value)."""
+    out = []
+    for a in eqn.invars:
+        d = dtype_of(a)
+        wide = None
+        if isinstance(a, jcore.Var) and d is not None and D.kind(d) in kinds:
+            acc = ev.acc(d)
+            if acc != d and frame.shadow(a, seg) is None:
+                wide = acc
+        out.append(wide)
+    return tuple(out)
+
+
+def _fused(
+    eqn: Any, params: dict[str, Any], widen: tuple[Any, ...], rounded: bool
+) -> Callable[..., list[Any]] | None:
+    """The equation as one jitted kernel (None where a parameter is unhashable): widen the
+    operands ``widen`` names, bind, and round the results once to their dtypes if ``rounded``."""
+    outs = tuple(dtype_of(v) for v in eqn.outvars) if rounded else None
+    try:
+        return _kernel(eqn.primitive, tuple(sorted(params.items())), widen, outs)
+    except TypeError:  # an unhashable parameter
+        return None
+
+
+@functools.lru_cache(maxsize=1024)
+def _kernel(
+    prim: Any,
+    params: tuple[tuple[str, Any], ...],
+    widen: tuple[Any, ...],
+    outs: tuple[Any, ...] | None,
+) -> Callable[..., list[Any]]:
+    import jax
+
+    kwargs = dict(params)
+
+    def kernel(*args: Any) -> list[Any]:
+        wide = [
+            a if w is None else lax.convert_element_type(a, w)
+            for a, w in zip(args, widen, strict=True)
+        ]
+        ans = prim.bind(*wide, **kwargs)
+        res = ans if prim.multiple_results else [ans]
+        if outs is None:
+            return list(res)
+        return [
+            x if d is None or x.dtype == d else cast(x, d) for x, d in zip(res, outs, strict=True)
+        ]
+
+    return jax.jit(kernel)
+
+
 # -- rules ---------------------------------------------------------------------------------------
 
 
@@ -283,7 +397,7 @@ def _float(ev: Evaluator, frame: Frame, eqn: Any, seg: int) -> None:
     if not narrow:
         ev.bind_plain(frame, eqn)
         return
-    ev.bind_wide(frame, eqn, seg, [frame.wide(a, seg) for a in eqn.invars])
+    ev.bind_acc(frame, eqn, seg, "f")
 
 
 # Selections whose JVP rule counts ties in the operand's dtype (a sum): bound on the float32 twins so
@@ -370,6 +484,9 @@ def _selection(frame: Frame, eqn: Any, seg: int) -> None:
     def selected(tw: Any, x: Any) -> Any:
         return lax.convert_element_type(select(x), tw.dtype)
 
+    if frame.concrete:  # an eager value: no derivative reaches it, so no twin is needed
+        frame.write(v, select(frame.read(a)))
+        return
     frame.write_rounded(v, on_twins(selected, select, [frame.wide(a, seg)], [frame.read(a)]), seg)
 
 
@@ -430,7 +547,7 @@ def _accumulate(ev: Evaluator, frame: Frame, eqn: Any, seg: int) -> None:
         if not ev.shadowed(frame, eqn, seg):
             ev.bind_plain(frame, eqn)
             return
-    ev.bind_wide(frame, eqn, seg, [ev.to_acc(frame, a, seg) for a in eqn.invars])
+    ev.bind_acc(frame, eqn, seg, "biuf")
 
 
 # A generic ``reduce`` whose body is a monoid (``_table.monoid``) on its two arguments is that

@@ -108,6 +108,10 @@ class Frame:
         # ``twin`` takes one from here, so every use of a variable shares one twin
         self.referenced_twins: dict[Any, _Once] = {}
         self.producers: dict[Any, Any] = {}  # var -> the equation of the jaxpr that produces it
+        # evaluating concrete values (an eager call), and the variables whose shadow no equation
+        # reads there (``Evaluator._unshadowed``)
+        self.concrete = False
+        self.unshadowed: set[Any] = set()
 
     # -- values ----------------------------------------------------------------------------------
 
@@ -167,6 +171,7 @@ class Frame:
             self.referenced_twins,
         ):
             table.pop(atom, None)
+        self.unshadowed.discard(atom)
 
     def computed(self, atom: Any) -> Any | None:
         """The atom's value where it is computed already (a constant, an input), else None: reading

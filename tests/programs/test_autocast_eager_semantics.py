@@ -143,6 +143,52 @@ def test_eager_and_jitted_give_the_same_bits_on_a_program_without_concrete_value
         assert _bits(a).tolist() == _bits(b).tolist()
 
 
+def test_eager_statements_make_no_float32_copy_that_plain_eager_jax_does_not(monkeypatch):
+    # each statement is computed in float32 and rounded once, as jitted; eagerly, that float32
+    # value need not exist: the eager operations make no more float32 arrays of the input's shape
+    # than JAX's own operations make run one by one (jax.disable_jit: jnp.sum's upcast is one),
+    # and the bits are the jitted call's
+    from jax._src import core
+
+    x = jnp.asarray(np.random.default_rng(0).normal(size=(64, 48)), BF16)
+    bind = core.EvalTrace.process_primitive
+
+    def f(x):
+        for i in range(8):
+            x = x * 0.999 + jnp.sin(x) * (1.0 / (i + 2))
+        return x, jnp.sum(x, axis=0), jnp.max(x), jnp.argmax(x)
+
+    def float32_copies(fn):
+        made = []
+
+        def spy(self, primitive, args, params):
+            out = bind(self, primitive, args, params)
+            for o in out if primitive.multiple_results else [out]:
+                if getattr(o, "shape", None) == x.shape and o.dtype == np.float32:
+                    made.append(primitive.name)
+            return out
+
+        with monkeypatch.context() as m:
+            m.setattr(core.EvalTrace, "process_primitive", spy)
+            out = fn(x)
+        return made, out
+
+    jitted = jax.jit(heddle.autocast(f))(x)
+    with jax.disable_jit():
+        plain, _ = float32_copies(f)
+    made, eager = float32_copies(heddle.autocast(f))
+    assert len(made) <= len(plain) == 1, (made, plain)
+    for a, b in zip(eager, jitted, strict=True):
+        assert _bits(a).tolist() == _bits(b).tolist()
+    # each statement in float64 from the rounded operands, rounded once to bfloat16
+    ref = np.asarray(x, np.float64)
+    for i in range(8):
+        term = np.asarray(np.sin(ref), BF16).astype(np.float64) * (1.0 / (i + 2))
+        ref = np.asarray(ref * np.asarray(0.999, BF16).astype(np.float64), BF16).astype(np.float64)
+        ref = np.asarray(ref + np.asarray(term, BF16).astype(np.float64), BF16).astype(np.float64)
+    assert np.max(np.abs(np.asarray(eager[0], np.float64) - ref)) <= 2**-6 * np.max(np.abs(ref))
+
+
 def test_an_exception_in_the_function_leaves_jax_as_it_was():
     def f(x):
         _ = x * 2
