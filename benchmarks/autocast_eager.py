@@ -6,8 +6,9 @@ values), followed by a sum: each statement makes a new array, so a runner that k
 intermediate alive until the call returns holds 40 of them (and their float32 versions) at once.
 
 Peak memory is the growth of the process's peak resident set (Linux ``VmHWM``, reset through
-``/proc/self/clear_refs`` after warm-up) during one call, each variant in a fresh process, the median
-of several processes. Time is the median of per-round ratios of interleaved rounds in one process.
+``/proc/self/clear_refs`` after warm-up) during one call, each variant in a fresh process: the
+median and range of five processes (the allocator may or may not reuse the warm-up call's buffers,
+so a variant's growth can be about 0 in one process and one array in the next). Time is the median of per-round ratios of interleaved rounds in one process.
 
 Usage: ``python benchmarks/autocast_eager.py [--shape ROWS,COLS]`` (Linux; the default shape is
 1024,2048; a small one such as 256,256 measures dispatch rather than arithmetic).
@@ -67,8 +68,8 @@ def _peak_child(variant: str) -> None:
     print(json.dumps({"peak_mib": (_kib("VmHWM") - before) / 1024}))
 
 
-def peaks(processes: int = 3) -> dict[str, float]:
-    """Median peak growth per variant over ``processes`` fresh processes."""
+def peaks(processes: int = 5) -> dict[str, list[float]]:
+    """Peak growth per variant in each of ``processes`` fresh processes (sorted)."""
     out = {}
     for v in VARIANTS:
         got = []
@@ -81,7 +82,7 @@ def peaks(processes: int = 3) -> dict[str, float]:
                 check=True,
             )
             got.append(json.loads(res.stdout.strip().splitlines()[-1])["peak_mib"])
-        out[v] = statistics.median(got)
+        out[v] = sorted(got)
     return out
 
 
@@ -110,11 +111,12 @@ def main() -> None:
     t = times()
     mib = np.prod(SHAPE) * 2 / 2**20
     print(f"jax {jax.__version__}, {SHAPE} bfloat16 input ({mib:g} MiB), 40 statements")
-    print("| variant | peak memory growth, MiB | vs plain eager | time vs plain eager |")
-    print("|---|---|---|---|")
+    print("| variant | peak memory growth, MiB: median (min-max) | time vs plain eager |")
+    print("|---|---|---|")
     for v in VARIANTS:
+        m = p[v]
         print(
-            f"| {v} | {p[v]:.1f} | {p[v] / p['plain eager']:.2f}x | "
+            f"| {v} | {statistics.median(m):.1f} ({m[0]:.1f}-{m[-1]:.1f}) | "
             f"{t[v] / t['plain eager']:.2f}x |"
         )
 
