@@ -247,9 +247,11 @@ class Evaluator:
         for v, x in zip(eqn.outvars, outs, strict=True):
             frame.write_rounded(v, x, seg)
 
-    def bind_acc(self, frame: Frame, eqn: Any, seg: int, kinds: str) -> None:
-        """``bind_wide`` on every operand at its accumulation dtype (``to_acc``; operands of dtype
-        kinds other than ``kinds`` as they are).
+    def bind_acc(
+        self, frame: Frame, eqn: Any, seg: int, widens: Callable[[np.dtype], bool]
+    ) -> None:
+        """``bind_wide`` on every operand whose dtype ``widens`` at its accumulation dtype
+        (``to_acc``), the others as they are.
 
         On concrete values (an eager call) the equation runs as one jitted kernel that widens
         its variable operands itself and, where no equation of the same library call reads a
@@ -259,13 +261,9 @@ class Evaluator:
 
         def operand(a: Any) -> Any:
             d = dtype_of(a)
-            return (
-                self.to_acc(frame, a, seg)
-                if d is not None and D.kind(d) in kinds
-                else frame.read(a)
-            )
+            return self.to_acc(frame, a, seg) if d is not None and widens(d) else frame.read(a)
 
-        widen = _widening(self, frame, eqn, seg, kinds)
+        widen = _widening(self, frame, eqn, seg, widens)
         if frame.concrete:
             rounded = all(v in frame.unshadowed for v in eqn.outvars)
             params = eqn.primitive.get_bind_params(eqn.params)
@@ -334,15 +332,21 @@ def _dead_after(jaxpr: Any) -> list[list[Any]]:
     return dead
 
 
-def _widening(ev: Evaluator, frame: Frame, eqn: Any, seg: int, kinds: str) -> tuple[Any, ...]:
+def _integer_or_float(d: np.dtype) -> bool:
+    return D.kind(d) in "biuf"
+
+
+def _widening(
+    ev: Evaluator, frame: Frame, eqn: Any, seg: int, widens: Callable[[np.dtype], bool]
+) -> tuple[Any, ...]:
     """For each operand of ``eqn``, the accumulation dtype that ``to_acc`` widens its value to
-    exactly, or None: a literal, a dtype of another kind than ``kinds`` or already at its
+    exactly, or None: a literal, a dtype ``widens`` leaves as it is or already at its
     accumulation dtype, a narrow float read through its shadow (this call's unrounded value)."""
     out = []
     for a in eqn.invars:
         d = dtype_of(a)
         wide = None
-        if isinstance(a, jcore.Var) and d is not None and D.kind(d) in kinds:
+        if isinstance(a, jcore.Var) and d is not None and widens(d):
             acc = ev.acc(d)
             if acc != d and frame.shadow(a, seg) is None:
                 wide = acc
@@ -397,7 +401,7 @@ def _float(ev: Evaluator, frame: Frame, eqn: Any, seg: int) -> None:
     if not narrow:
         ev.bind_plain(frame, eqn)
         return
-    ev.bind_acc(frame, eqn, seg, "f")
+    ev.bind_acc(frame, eqn, seg, is_narrow)
 
 
 # Selections whose JVP rule counts ties in the operand's dtype (a sum): bound on the float32 twins so
@@ -547,7 +551,7 @@ def _accumulate(ev: Evaluator, frame: Frame, eqn: Any, seg: int) -> None:
         if not ev.shadowed(frame, eqn, seg):
             ev.bind_plain(frame, eqn)
             return
-    ev.bind_acc(frame, eqn, seg, "biuf")
+    ev.bind_acc(frame, eqn, seg, _integer_or_float)
 
 
 # A generic ``reduce`` whose body is a monoid (``_table.monoid``) on its two arguments is that
