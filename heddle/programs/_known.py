@@ -547,7 +547,7 @@ def _same_atom(
     has not defined yet (its input or a constant) is bound to ``theirs`` where ``free`` allows."""
     if isinstance(mine, jcore.Literal):
         return _same_literal(theirs, mine)
-    if isinstance(theirs, jcore.Literal) or mine.aval != theirs.aval:
+    if mine.aval != theirs.aval:
         return False
     if mine in names:
         return names[mine] is theirs
@@ -608,23 +608,31 @@ def _input(eqns: Sequence[Any]) -> Any | None:
 
 
 _MOST_INPUTS = 4  # the free variables of a call tried as a candidate's several inputs
+_MOST_SCALARS = 2  # and the scalar literals
 
 
 def _arguments(c: _Candidate, eqns: Sequence[Any], x: Any) -> Iterator[tuple[Any, ...]]:
     """The program variables to try as ``c``'s inputs, ``x`` (the call's first narrow input) among
     them: ``(x,)`` for one input; for several, each tuple of the call's first free variables
-    (read and not defined by ``eqns``) that holds ``x``, a variable repeated included."""
+    (read and not defined by ``eqns``) that holds ``x``, a variable repeated included, and of the
+    scalar literals its equations read (a Python scalar passed as an input: ``logaddexp2(x, 1.0)``).
+    """
     if len(c.inputs) == 1:
         yield (x,)
         return
     defined: set[Any] = set()
     free: list[Any] = []
+    scalars: list[Any] = []
     for e in eqns:
         for a in e.invars:
-            if isinstance(a, jcore.Var) and a not in defined and a not in free:
+            if isinstance(a, jcore.Literal):
+                if getattr(a.aval, "shape", None) == () and not any(a is b for b in scalars):
+                    scalars.append(a)
+            elif a not in defined and a not in free:
                 free.append(a)
         defined.update(e.outvars)
-    for xs in itertools.product(free[:_MOST_INPUTS], repeat=len(c.inputs)):
+    tried = free[:_MOST_INPUTS] + scalars[:_MOST_SCALARS]
+    for xs in itertools.product(tried, repeat=len(c.inputs)):
         if any(v is x for v in xs):  # the same variable twice too: logaddexp2(x, x)
             yield xs
 
@@ -643,6 +651,8 @@ def _match(
     defined: set[Any] = set()
 
     def free(mine: Any, theirs: Any) -> bool:
+        if isinstance(theirs, jcore.Literal):  # a scalar the program wrote: only as an input
+            return mine in bound and theirs is bound[mine]
         if theirs in defined:
             return False
         if mine in bound:
