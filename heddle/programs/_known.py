@@ -257,16 +257,23 @@ def _candidates() -> tuple[_Candidate, ...]:
 
 
 @functools.cache
-def _vmapped(c: _Candidate, k: int, axis: int = 0) -> _Candidate:
+def _vmapped(
+    c: _Candidate, k: int, axis: int = 0, batched: tuple[bool, ...] | None = None
+) -> _Candidate:
     """``c`` under ``k`` ``jax.vmap``s, the outermost over ``axis``, the others over leading axes:
     what ``jax.vmap(jax.nn.selu)(x)`` (or a function calling ``jax.nn.selu`` under ``jax.vmap``,
     equinox's ``jax.vmap(model)``) traces to, evaluated as heddle's function under the same
-    ``vmap``s."""
+    ``vmap``s. ``batched`` (one ``vmap``): which inputs it maps, the others passed whole
+    (``in_axes=(0, None)``); every input where it is None."""
     jfn, hfn = c.traced, c.evaluate
+    mapped = batched if batched is not None else (True,) * len(c.inputs)
     for level in range(k):
-        at = axis if level == k - 1 else 0
+        at: Any = axis if level == k - 1 else 0
+        if batched is not None:
+            at = tuple(at if m else None for m in mapped)
         jfn, hfn = jax.vmap(jfn, in_axes=at), jax.vmap(hfn, in_axes=at)
-    return _Candidate(jfn, hfn, (), inputs=tuple(rank + k for rank in c.inputs))
+    ranks = tuple(rank + k * m for rank, m in zip(c.inputs, mapped, strict=True))
+    return _Candidate(jfn, hfn, (), inputs=ranks)
 
 
 @functools.cache
@@ -801,10 +808,16 @@ def _batched(
             avals = tuple(map(_aval_of, xs))
             ndim = len(avals[0][0])
             # one vmap over any axis, two over leading axes (every input along the same), and
-            # the function at each of its own axes
-            for k, axis in [*((1, a) for a in range(ndim)), *([(2, 0)] if ndim >= 2 else [])]:
+            # the function at each of its own axes; with several inputs, one vmap of some of
+            # them (``in_axes=(0, None)``)
+            maps: list[tuple[int, int, tuple[bool, ...] | None]]
+            maps = [(k, axis, None) for k, axis in _levels(ndim)]
+            if len(xs) > 1:
+                some = [m for m in itertools.product((True, False), repeat=len(xs)) if 0 < sum(m)]
+                maps += [(1, axis, m) for m in some[1:] for axis in range(_rank(avals, m))]
+            for k, axis, mapped in maps:
                 for a in c.along(ndim - k):
-                    vc = _vmapped(a, k, axis)
+                    vc = _vmapped(a, k, axis, mapped)
                     t = _trace(vc, avals)
                     hit = (
                         None if t is None else _recognise(vc, t, t.entry, jaxpr, i, end, xs, frame)
@@ -812,6 +825,17 @@ def _batched(
                     if hit is not None and (best is None or hit.size > best.size):
                         best = hit
     return best
+
+
+def _levels(ndim: int) -> list[tuple[int, int]]:
+    """(vmaps, axis of the outermost) to try on an input of ``ndim`` axes: one over any axis, two
+    over leading axes."""
+    return [*((1, a) for a in range(ndim)), *([(2, 0)] if ndim >= 2 else [])]
+
+
+def _rank(avals: _Avals, mapped: tuple[bool, ...]) -> int:
+    """The axes of the first mapped input (the axes its ``vmap`` may map)."""
+    return next(len(shape) for (shape, _, _), m in zip(avals, mapped, strict=True) if m)
 
 
 def _recognise(
