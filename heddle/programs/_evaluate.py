@@ -27,6 +27,7 @@ import functools
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import jax
 import numpy as np
 from jax import lax
 from jax._src import core, source_info_util
@@ -198,16 +199,12 @@ class Evaluator:
         to another library call than the one producing it (a different call site, not the body of
         a jitted helper), and the jaxpr does not return it (a later batch of an eager call may
         continue its call). Their equations may round at once, in one fused kernel."""
-        keys = {}
-        for e in jaxpr.eqns:
-            k = self._key(e)
-            for v in e.outvars:
-                keys[v] = k
-        out = {v for v, k in keys.items() if k is not LIBRARY_BODY}
-        for e in jaxpr.eqns:
-            k = self._key(e)
+        keys = [self._key(e) for e in jaxpr.eqns]
+        made = {v: k for e, k in zip(jaxpr.eqns, keys, strict=True) for v in e.outvars}
+        out = {v for v, k in made.items() if k is not LIBRARY_BODY}
+        for e, k in zip(jaxpr.eqns, keys, strict=True):
             for a in e.invars:
-                if isinstance(a, jcore.Var) and a in out and (k is LIBRARY_BODY or k == keys[a]):
+                if isinstance(a, jcore.Var) and a in out and (k is LIBRARY_BODY or k == made[a]):
                     out.discard(a)
         out.difference_update(a for a in jaxpr.outvars if isinstance(a, jcore.Var))
         return out
@@ -373,8 +370,6 @@ def _kernel(
     widen: tuple[Any, ...],
     outs: tuple[Any, ...] | None,
 ) -> Callable[..., list[Any]]:
-    import jax
-
     kwargs = dict(params)
 
     def kernel(*args: Any) -> list[Any]:
