@@ -34,7 +34,8 @@ from JAX's rule that a cotangent has its primal's dtype:
    what loss scaling exists to work around.
 
 heddle.autodiff differentiates with respect to a float32 copy of each narrow leaf and evaluates the
-function's jaxpr with a float32 *twin* beside each narrow value (``_twins``): every
+function's jaxpr with a float32 *twin* beside each narrow value (``_twins``, a rule set on the
+interpreter core autocast runs on, ``heddle.programs._interpret``): every
 ``convert(v -> float32)`` of a narrow ``v`` returns ``v``'s twin, one variable shared by all uses, so
 JAX's own ``add_any`` sums the uses in float32; value-copying ops (reshape, transpose, slicing,
 gather, ...) apply themselves to the twins; ``dot_general`` on narrow operands with a float32 result

@@ -1,7 +1,9 @@
 """Evaluates a traced function with a float32 twin beside every narrow float value.
 
-This is the mechanism of heddle.autodiff (see the package docstring for why it is needed). The
-function is traced once to a jaxpr; the jaxpr is then evaluated equation by equation, binding the same
+This is the mechanism of heddle.autodiff (see the package docstring for why it is needed): a rule set
+on the interpreter core autocast runs on (``heddle.programs._interpret``: its run loop, frame and
+inline descent). The function is traced once to a jaxpr; the jaxpr is then evaluated equation by
+equation, binding the same
 primitives with the same parameters, so every primal value is bit for bit the one the plain call
 computes. Beside each narrow float variable ``v`` (bfloat16, float16, float8, float4) the evaluator
 can produce its *twin*: one float32 array with exactly ``v``'s values, shared by every use. Four
@@ -38,12 +40,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
-from jax._src import source_info_util
 from jax.custom_derivatives import SymbolicZero
 from jax.extend import core as jex_core
 
 from heddle.autodiff._rules import contract, like
 from heddle.autodiff._widen import is_narrow, widen_bind
+from heddle.programs._frame import Frame, Once
+from heddle.programs._interpret import bind, context, inline, plain_jit, run
 from heddle.programs._table import Body, Fact, Rule, has, having, kind, rule
 
 _F32 = np.dtype("float32")
@@ -66,85 +69,41 @@ def _weak(atom: Any) -> bool:
     return bool(getattr(atom.aval, "weak_type", False))
 
 
-class _Frame:
-    """Values and lazily computed twins of one jaxpr's variables.
-
-    ``pending[v]`` is ``(deps, make)``: ``make()`` computes ``v``'s twin once the twins of ``deps``
-    (pairs of a frame and one of its atoms) exist. ``twin`` resolves the pending twins a request needs
-    in dependency order with an explicit stack, so a chain through a whole network does not recurse.
-    """
-
-    def __init__(self) -> None:
-        self.env: dict[Any, Any] = {}
-        self.twins: dict[Any, Any] = {}
-        self.pending: dict[Any, tuple[list[tuple[_Frame, Any]], Callable[[], Any]]] = {}
-
-    def read(self, atom: Any) -> Any:
-        return atom.val if isinstance(atom, jex_core.Literal) else self.env[atom]
-
-    def twin(self, atom: Any) -> Any:
-        if isinstance(atom, jex_core.Literal):
-            return lax.convert_element_type(atom.val, _F32)
-        stack: list[tuple[_Frame, Any, bool]] = [(self, atom, False)]
-        while stack:
-            frame, a, ready = stack.pop()
-            if a in frame.twins:
-                continue
-            entry = frame.pending.get(a)
-            if entry is None:
-                frame.twins[a] = _exactly(frame.env[a])
-            elif ready:
-                del frame.pending[a]
-                frame.twins[a] = entry[1]()
-            else:
-                stack.append((frame, a, True))
-                stack.extend(
-                    (f, d, False)
-                    for f, d in entry[0]
-                    if not isinstance(d, jex_core.Literal) and d not in f.twins
-                )
-        return self.twins[atom]
-
-    def has_twin(self, atom: Any) -> bool:
-        return not isinstance(atom, jex_core.Literal) and (
-            atom in self.twins or atom in self.pending
-        )
+def _frame() -> Frame:
+    """A frame of the interpreter core whose twins are float32, pinned to the narrow values."""
+    return Frame(lambda d: _F32, lambda x, d: _exactly(x))
 
 
-def _unspecified(shardings: Sequence[Any]) -> bool:
-    return all(type(s).__name__ == "UnspecifiedValue" for s in shardings)
+def _run(frame: Frame, jaxpr: Any) -> None:
+    eqns = jaxpr.eqns
+
+    def step(i: int) -> int:
+        with context(eqns[i]):
+            _eqn(frame, eqns[i])
+        return i + 1
+
+    run(frame, jaxpr, step)
 
 
-def _run(frame: _Frame, jaxpr: Any) -> None:
-    for eqn in jaxpr.eqns:
-        name = eqn.primitive.name
-        params = eqn.params
-        body_kind = kind(name)
-        with (
-            source_info_util.user_context(
-                eqn.source_info.traceback,
-                name_stack=source_info_util.current_name_stack() + eqn.source_info.name_stack,
-            ),
-            eqn.ctx.manager,
-        ):
-            if rule(name) is Rule.CONVERT and _convert(frame, eqn):
-                continue
-            if has(name, Fact.DOT) and _dot(frame, eqn):
-                continue
-            if body_kind is not None and _BODIES[body_kind](frame, eqn):
-                continue
-            bind_params = eqn.primitive.get_bind_params(params)
-            ans = eqn.primitive.bind(*map(frame.read, eqn.invars), **bind_params)
-        outs = ans if eqn.primitive.multiple_results else [ans]
-        for v, x in zip(eqn.outvars, outs, strict=True):
-            frame.env[v] = x
-        if name in _COPYING and not eqn.primitive.multiple_results:
-            _copying_twin(frame, eqn)
-        else:
-            _derived_twin(frame, eqn)
+def _eqn(frame: Frame, eqn: Any) -> None:
+    """One equation: a rewrite that uses the twins, or bound unchanged with twins for its results."""
+    name = eqn.primitive.name
+    body_kind = kind(name)
+    if rule(name) is Rule.CONVERT and _convert(frame, eqn):
+        return
+    if has(name, Fact.DOT) and _dot(frame, eqn):
+        return
+    if body_kind is not None and _BODIES[body_kind](frame, eqn):
+        return
+    for v, x in zip(eqn.outvars, bind(eqn, [frame.read(a) for a in eqn.invars]), strict=True):
+        frame.write(v, x)
+    if name in _COPYING and not eqn.primitive.multiple_results:
+        _copying_twin(frame, eqn)
+    else:
+        _derived_twin(frame, eqn)
 
 
-def _convert(frame: _Frame, eqn: Any) -> bool:
+def _convert(frame: Frame, eqn: Any) -> bool:
     (src,), (out,) = eqn.invars, eqn.outvars
     params = eqn.params
     if params.get("sharding") is not None or _weak(out):
@@ -154,12 +113,12 @@ def _convert(frame: _Frame, eqn: Any) -> bool:
         return False
     if is_narrow(s) and d.itemsize >= 4:
         t = frame.twin(src)
-        frame.env[out] = t if d == _F32 else lax.convert_element_type(t, d)
+        frame.write(out, t if d == _F32 else lax.convert_element_type(t, d))
         return True
     return False
 
 
-def _dot(frame: _Frame, eqn: Any) -> bool:
+def _dot(frame: Frame, eqn: Any) -> bool:
     lhs, rhs = eqn.invars
     out_dtype = _dtype(eqn.outvars[0])
     dl, dr = _dtype(lhs), _dtype(rhs)
@@ -173,53 +132,33 @@ def _dot(frame: _Frame, eqn: Any) -> bool:
     def twin(a: Any, d: np.dtype) -> Any:
         return frame.twin(a) if is_narrow(d) else frame.read(a)
 
-    frame.env[eqn.outvars[0]] = contract(
-        frame.read(lhs), frame.read(rhs), twin(lhs, dl), twin(rhs, dr), **eqn.params
+    frame.write(
+        eqn.outvars[0],
+        contract(frame.read(lhs), frame.read(rhs), twin(lhs, dl), twin(rhs, dr), **eqn.params),
     )
     return True
 
 
-def _inline_jit(frame: _Frame, eqn: Any) -> bool:
-    p = eqn.params
-    if not _unspecified(p["in_shardings"]) or not _unspecified(p["out_shardings"]):
+def _inline_jit(frame: Frame, eqn: Any) -> bool:
+    if not plain_jit(eqn):
         return False
-    if any(lay is not None for lay in (*p["in_layouts"], *p["out_layouts"])):
-        return False
-    _inline(frame, eqn, p["jaxpr"])
+    inline(frame, eqn, eqn.params["jaxpr"], _frame(), _run)
     return True
 
 
-def _inline_call(frame: _Frame, eqn: Any) -> bool:
+def _inline_call(frame: Frame, eqn: Any) -> bool:
     """``closed_call`` (a ClosedJaxpr) and ``call`` (an open Jaxpr): evaluated inline."""
-    _inline(frame, eqn, eqn.params["call_jaxpr"])
+    inline(frame, eqn, eqn.params["call_jaxpr"], _frame(), _run)
     return True
 
 
-def _bound(frame: _Frame, eqn: Any) -> bool:
+def _bound(frame: Frame, eqn: Any) -> bool:
     """Bound unchanged: rule 4 (``_derived_twin``) widens it for the derivative."""
     del frame, eqn
     return False
 
 
-def _inline(frame: _Frame, eqn: Any, closed: Any) -> None:
-    inner = _Frame()
-    jaxpr = getattr(closed, "jaxpr", closed)
-    for v, c in zip(jaxpr.constvars, getattr(closed, "consts", ()), strict=True):
-        inner.env[v] = c
-    for v, a in zip(jaxpr.invars, eqn.invars, strict=True):
-        inner.env[v] = frame.read(a)
-        if frame.has_twin(a):
-            inner.pending[v] = ([(frame, a)], lambda a=a: frame.twin(a))
-    _run(inner, jaxpr)
-    for v, a in zip(eqn.outvars, jaxpr.outvars, strict=True):
-        if isinstance(v, jex_core.DropVar):
-            continue
-        frame.env[v] = inner.read(a)
-        if inner.has_twin(a):
-            frame.pending[v] = ([(inner, a)], lambda a=a: inner.twin(a))
-
-
-def _remat(frame: _Frame, eqn: Any) -> bool:
+def _remat(frame: Frame, eqn: Any) -> bool:
     """``jax.checkpoint``: re-wrapped around an evaluation with twins, for the inputs that have one
     (computed or pending), so cotangents cross the checkpoint in float32."""
     p = eqn.params
@@ -232,9 +171,9 @@ def _remat(frame: _Frame, eqn: Any) -> bool:
         return False
 
     def body(values: list[Any], twins: list[Any]) -> list[Any]:
-        inner = _Frame()
+        inner = _frame()
         for v, x in zip(jaxpr.invars, values, strict=True):
-            inner.env[v] = x
+            inner.write(v, x)
         for i, t in zip(with_twin, twins, strict=True):
             inner.twins[jaxpr.invars[i]] = t
         _run(inner, jaxpr)
@@ -245,14 +184,13 @@ def _remat(frame: _Frame, eqn: Any) -> bool:
         [frame.read(a) for a in eqn.invars], [frame.twin(eqn.invars[i]) for i in with_twin]
     )
     for v, x in zip(eqn.outvars, outs, strict=True):
-        if not isinstance(v, jex_core.DropVar):
-            frame.env[v] = x
+        frame.write(v, x)
     return True
 
 
 # The kind of an equation's bodies -> how it is evaluated: True where the handler evaluated it (its
 # body inline with the twins, or a checkpoint re-applied around that), False to bind it unchanged.
-_BODIES: dict[Body, Callable[[_Frame, Any], bool]] = {
+_BODIES: dict[Body, Callable[[Frame, Any], bool]] = {
     Body.JIT: _inline_jit,
     Body.CALL: _inline_call,
     Body.REMAT: _remat,
@@ -268,23 +206,18 @@ _BODIES: dict[Body, Callable[[_Frame, Any], bool]] = {
 }
 
 
-def _copying_twin(frame: _Frame, eqn: Any) -> None:
+def _copying_twin(frame: Frame, eqn: Any) -> None:
     (out,) = eqn.outvars
     d = _dtype(out)
     if d is None or not is_narrow(d) or isinstance(out, jex_core.DropVar):
         return
     if not any(frame.has_twin(a) for a in eqn.invars):
         return  # nothing upstream carries a twin: the default conversion is as good
-    deps = [(frame, a) for a in eqn.invars if _dtype(a) == d]
-
-    def make() -> Any:
-        args = [frame.twin(a) if _dtype(a) == d else frame.read(a) for a in eqn.invars]
-        return eqn.primitive.bind(*args, **eqn.primitive.get_bind_params(eqn.params))
-
-    frame.pending[out] = (deps, make)
+    refs = [frame.twin_ref(a) if _dtype(a) == d else frame.value_ref(a) for a in eqn.invars]
+    frame.defer_twin(out, lambda: bind(eqn, [ref() for ref in refs])[0], refs)
 
 
-def _derived_twin(frame: _Frame, eqn: Any) -> None:
+def _derived_twin(frame: Frame, eqn: Any) -> None:
     """Twins for the narrow float outputs of any other equation with a float input.
 
     Each twin is ``convert(output, float32)`` (its value, exactly) whose derivative is the float32
@@ -299,16 +232,18 @@ def _derived_twin(frame: _Frame, eqn: Any) -> None:
     ]
     if not outs or not any(_is_float_atom(a) for a in eqn.invars):
         return
-    narrow_in = [(frame, a) for a in eqn.invars if _is_narrow_atom(a)]
-    made: list[dict[Any, Any]] = []
+    wide = [frame.twin_ref(a) if _is_narrow_atom(a) else frame.value_ref(a) for a in eqn.invars]
+    ins = [frame.value_ref(a) for a in eqn.invars]
+    narrow = [frame.value_ref(v) for _, v in outs]
 
-    def twins() -> dict[Any, Any]:
-        if not made:
-            made.append(_wide_twins(frame, eqn, outs))
-        return made[0]
+    def made() -> dict[Any, Any]:
+        return _wide_twins(
+            eqn, outs, [w() for w in wide], [x() for x in ins], [n() for n in narrow]
+        )
 
+    twins = Once(made, wide)  # one evaluation for all the outputs' twins
     for _, v in outs:
-        frame.pending[v] = (narrow_in, lambda v=v: twins()[v])
+        frame.defer_twin(v, lambda v=v: twins()[v], (twins,))
 
 
 def _is_float_atom(a: Any) -> bool:
@@ -321,9 +256,11 @@ def _is_narrow_atom(a: Any) -> bool:
     return d is not None and is_narrow(d)
 
 
-def _wide_twins(frame: _Frame, eqn: Any, outs: list[tuple[int, Any]]) -> dict[Any, Any]:
-    wide = [frame.twin(a) if _is_narrow_atom(a) else frame.read(a) for a in eqn.invars]
-    narrow = [frame.env[v] for _, v in outs]
+def _wide_twins(
+    eqn: Any, outs: list[tuple[int, Any]], wide: list[Any], ins: list[Any], narrow: list[Any]
+) -> dict[Any, Any]:
+    """The twins of ``eqn``'s narrow results ``outs`` (values ``narrow``), computed from its
+    operands' twins (``wide``; ``ins`` the operands themselves)."""
     floats = [i for i, a in enumerate(eqn.invars) if _is_float_atom(a)]
     picks = [k for k, _ in outs]
 
@@ -349,7 +286,6 @@ def _wide_twins(frame: _Frame, eqn: Any, outs: list[tuple[int, Any]]) -> dict[An
             return {
                 v: lax.convert_element_type(x, _F32) for (_, v), x in zip(outs, narrow, strict=True)
             }
-    ins = [frame.read(a) for a in eqn.invars]
     result = _straight_through(tangent)(narrow, [wide[i] for i in floats], ins)
     return {v: t for (_, v), t in zip(outs, result, strict=True)}
 
@@ -437,12 +373,12 @@ def evaluate(
         # leaf's cotangent is then rounded to its dtype once before widening).
         leaves, tree = jax.tree.flatten(fun(*args))
         return leaves, lambda i: lax.convert_element_type(leaves[i], _F32), tree
-    frame = _Frame()
+    frame = _frame()
     jaxpr = closed.jaxpr
     for v, c in zip(jaxpr.constvars, closed.consts, strict=True):
-        frame.env[v] = c
+        frame.write(v, c)
     for v, x, t in zip(jaxpr.invars, args, arg_twins, strict=True):
-        frame.env[v] = x
+        frame.write(v, x)
         if t is not None:
             frame.twins[v] = t
     _run(frame, jaxpr)

@@ -22,15 +22,14 @@ Results computed at a wider dtype are rounded once to the equation's own dtype (
 
 from __future__ import annotations
 
-import contextlib
 import functools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import jax
 import numpy as np
 from jax import lax
-from jax._src import core, source_info_util
+from jax._src import core
 from jax._src.lax.lax import canonicalize_precision
 from jax.extend import core as jcore
 
@@ -51,9 +50,9 @@ from heddle.policy import _lattice
 from heddle.policy._errors import PolicyError
 from heddle.policy._policy import Policy
 from heddle.policy._rules import acc_dtype
-from heddle.programs import _known
+from heddle.programs import _interpret, _known
 from heddle.programs._audit_source import LIBRARY_BODY, SiteCache, entry_name
-from heddle.programs._frame import Frame, _here, dtype_of, is_narrow
+from heddle.programs._frame import Frame, dtype_of, is_narrow
 from heddle.programs._on_twins import on_twins
 from heddle.programs._table import Fact, Monoid, Rule, has, having, monoid, names, rule
 
@@ -163,33 +162,31 @@ class Evaluator:
         """Evaluates every equation of ``jaxpr`` (a Jaxpr) into ``frame``; the equations of a known
         library call (``_known``) as heddle's own function of its input."""
         eqns = jaxpr.eqns
-        dead = _dead_after(jaxpr)
         frame.producers.update((v, e) for e in eqns for v in e.outvars)
         frame.concrete = isinstance(core.trace_ctx.trace, core.EvalTrace)  # an eager call
         if frame.concrete:
             frame.unshadowed.update(self._unshadowed(jaxpr))
-        i = 0
         last = self.segment
-        while i < len(eqns):
+
+        def step(i: int) -> int:
+            nonlocal last
             eqn = eqns[i]
             seg = self._segment(eqn)
             if seg != last:  # a segment ended: its shadows are never read again
                 frame.prune(seg)
                 last = seg
             known = _known.calls(self._key, frame, jaxpr, i)
-            if known is not None:
-                end, found = known
-                for call in found:
-                    with _context(call.eqn):
-                        _known.evaluate(frame, call, seg)
-            else:
-                end = i + 1
-                with _context(eqn):
+            if known is None:
+                with _interpret.context(eqn):
                     self.eqn(frame, eqn, seg)
-            for k in range(i, end):
-                for v in dead[k]:
-                    frame.free(v)
-            i = end
+                return i + 1
+            end, found = known
+            for call in found:
+                with _interpret.context(call.eqn):
+                    _known.evaluate(frame, call, seg)
+            return end
+
+        _interpret.run(frame, jaxpr, step)
 
     def _key(self, eqn: Any) -> Any:
         return self.sites.site(eqn.source_info.traceback).key
@@ -293,40 +290,6 @@ class Evaluator:
         acc = self.acc(d) if D.kind(d) in "biuf" else d
         x = frame.read(a)
         return x if acc == d else lax.convert_element_type(x, acc)
-
-
-@contextlib.contextmanager
-def _context(eqn: Any) -> Iterator[None]:
-    """What an equation is bound under: its source information and its context (``eqn.ctx``)."""
-    with (
-        source_info_util.user_context(
-            eqn.source_info.traceback,
-            name_stack=source_info_util.current_name_stack() + eqn.source_info.name_stack,
-        ),
-        eqn.ctx.manager,
-    ):
-        yield
-
-
-def _dead_after(jaxpr: Any) -> list[list[Any]]:
-    """For each equation, the variables no later equation reads and the jaxpr does not return (as
-    ``jax.core.eval_jaxpr``'s ``last_used``): freed once the equation has run."""
-    last: dict[Any, int] = {}
-    for k, eqn in enumerate(jaxpr.eqns):
-        for v in eqn.outvars:
-            last[v] = k  # a result nobody reads is dead at once
-        for a in eqn.invars:
-            if not isinstance(a, jcore.Literal):
-                last[a] = k
-    for a in jaxpr.outvars:
-        if not isinstance(
-            a, jcore.Literal
-        ):  # a returned literal (a constant output) is no variable
-            last.pop(a, None)
-    dead: list[list[Any]] = [[] for _ in jaxpr.eqns]
-    for v, k in last.items():
-        dead[k].append(v)
-    return dead
 
 
 def _integer_or_float(d: np.dtype) -> bool:
@@ -531,12 +494,7 @@ def _copying_twin(frame: Frame, eqn: Any) -> None:
     # pass's sum (a broadcast's reduce_sum, a gather's scatter-add) narrow
 
     refs = [frame.twin_ref(a) if dtype_of(a) == d else frame.value_ref(a) for a in eqn.invars]
-
-    def make() -> Any:
-        args = [ref() for ref in refs]
-        return eqn.primitive.bind(*args, **eqn.primitive.get_bind_params(eqn.params))
-
-    frame.pending_twins[out] = _here(make)
+    frame.defer_twin(out, lambda: _interpret.bind(eqn, [ref() for ref in refs])[0], refs)
 
 
 def _accumulate(ev: Evaluator, frame: Frame, eqn: Any, seg: int) -> None:

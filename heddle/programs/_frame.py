@@ -1,5 +1,6 @@
-"""The values ``autocast``'s evaluator keeps for one jaxpr: each variable's value, its exact float32
-twin and its float32 shadow.
+"""The values the interpreter (``_interpret``) keeps for one jaxpr, for autocast's evaluator and for
+heddle.autodiff's: each variable's value, its exact float32 twin and (autocast only) its float32
+shadow.
 
 - value: the variable's own array, of its own dtype and shape (what the program computes).
 - twin: a narrow float variable's values, widened exactly to its accumulation dtype; one per
@@ -14,12 +15,12 @@ twin and its float32 shadow.
 Values and twins are computed lazily: a rounded value that only feeds float32 consumers is never
 rounded, and a twin nobody asks for is never widened. The evaluator frees a variable after its last
 use (``Frame.free``), as ``jax.core.eval_jaxpr`` does: a lazy value or twin that another one still
-needs is held by that one (``_Once``), not looked up in the frame, so freeing never loses it.
+needs is held by that one (``Once``), not looked up in the frame, so freeing never loses it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -42,24 +43,44 @@ def _here(make: Callable[[], Any]) -> Callable[[], Any]:
     return run
 
 
-class _Once:
-    """A lazy value computed at most once: ``make()`` on the first call, the same object after."""
+class Once:
+    """A lazy value computed at most once: ``make()`` on the first call, the same object after.
 
-    __slots__ = ("_make", "_value")
+    ``deps`` are the lazy values ``make`` reads: they are computed first, with an explicit stack,
+    so a chain of lazy twins through a whole network does not recurse once per link.
+    """
 
-    def __init__(self, make: Callable[[], Any]) -> None:
+    __slots__ = ("_deps", "_make", "_value")
+
+    def __init__(self, make: Callable[[], Any], deps: Sequence[Callable[[], Any]] = ()) -> None:
         self._make: Callable[[], Any] | None = make
+        self._deps = deps
         self._value: Any = None
 
     def __call__(self) -> Any:
         if self._make is not None:
-            self._value, self._make = self._make(), None
+            _resolve(self)
         return self._value
 
     @property
     def done(self) -> bool:
         """Whether the value is computed."""
         return self._make is None
+
+
+def _resolve(root: Once) -> None:
+    """Computes ``root`` after every lazy value it depends on, deepest first."""
+    stack: list[tuple[Once, bool]] = [(root, False)]
+    while stack:
+        node, ready = stack.pop()
+        if node._make is None:
+            continue
+        if ready:
+            node._value = node._make()
+            node._make, node._deps = None, ()
+            continue
+        stack.append((node, True))
+        stack.extend((d, False) for d in node._deps if isinstance(d, Once) and not d.done)
 
 
 def _const(x: Any) -> Callable[[], Any]:
@@ -95,8 +116,13 @@ def _is_ml_float(d: np.dtype) -> bool:
 class Frame:
     """Values, twins and shadows of one jaxpr's variables."""
 
-    def __init__(self, acc: Callable[[np.dtype], np.dtype]) -> None:
-        self.acc = acc
+    def __init__(
+        self,
+        acc: Callable[[np.dtype], np.dtype],
+        widen: Callable[[Any, np.dtype], Any] = lax.convert_element_type,
+    ) -> None:
+        self.acc = acc  # a narrow float dtype -> its twin's dtype
+        self.widen = widen  # (narrow value, twin dtype) -> the twin, exactly
         self.env: dict[Any, Any] = {}
         self.pending: dict[Any, Callable[[], Any]] = {}  # lazily rounded values
         self.twins: dict[Any, Any] = {}
@@ -106,7 +132,7 @@ class Frame:
         self.contexts: dict[Any, Any] = {}  # narrow var -> source info of the equation producing it
         # twins that lazy twins of other variables read (``twin_ref``), not yet asked for themselves:
         # ``twin`` takes one from here, so every use of a variable shares one twin
-        self.referenced_twins: dict[Any, _Once] = {}
+        self.referenced_twins: dict[Any, Once] = {}
         self.producers: dict[Any, Any] = {}  # var -> the equation of the jaxpr that produces it
         # evaluating concrete values (an eager call), and the variables whose shadow no equation
         # reads there (``Evaluator._unshadowed``)
@@ -155,8 +181,8 @@ class Frame:
         if atom in self.env:
             return _const(self.env[atom])
         make = self.pending[atom]
-        if not isinstance(make, _Once):
-            make = self.pending[atom] = _Once(make)
+        if not isinstance(make, Once):
+            make = self.pending[atom] = Once(make)
         return make
 
     def free(self, atom: Any) -> None:
@@ -226,6 +252,13 @@ class Frame:
             t = self.twins[atom] = make()
         return t
 
+    def defer_twin(
+        self, v: Any, make: Callable[[], Any], deps: Sequence[Callable[[], Any]] = ()
+    ) -> None:
+        """Sets ``v``'s twin to ``make()``, computed when first asked for, after ``deps`` (the lazy
+        values ``make`` reads), under the source information of now (the equation making it)."""
+        self.pending_twins[v] = Once(_here(make), deps)
+
     def twin_ref(self, atom: Any) -> Callable[[], Any]:
         """The atom's twin as a thunk that stays valid after the atom is freed; the twin is the one
         ``twin(atom)`` gives, whichever is asked first."""
@@ -235,23 +268,23 @@ class Frame:
             return _const(self.twins[atom])
         pending = self.pending_twins.get(atom)
         if pending is not None:
-            if not isinstance(pending, _Once):
-                pending = self.pending_twins[atom] = _Once(pending)
+            if not isinstance(pending, Once):
+                pending = self.pending_twins[atom] = Once(pending)
             return pending
         ref = self.referenced_twins.get(atom)
         if ref is None:
-            ref = self.referenced_twins[atom] = _Once(self.twin_maker(atom))
+            ref = self.referenced_twins[atom] = Once(self.twin_maker(atom))
         return ref
 
     def twin_maker(self, atom: Any) -> Callable[[], Any]:
         """The default twin: the value widened exactly, where the value was produced."""
         ctx = self.contexts.get(atom)
-        d, acc = dtype_of(atom), self.acc
+        d, acc, exactly = dtype_of(atom), self.acc, self.widen
         value = self.value_ref(atom)
 
         def widen() -> Any:  # holds no reference to the frame: freeing a variable frees its twin
             assert d is not None, "only narrow float atoms have twins"
-            return lax.convert_element_type(value(), acc(d))
+            return exactly(value(), acc(d))
 
         if ctx is None:
             return widen

@@ -25,9 +25,9 @@ from jax._src import core as _core
 from jax._src import linear_util as lu
 from jax._src.interpreters import partial_eval as pe
 from jax._src.lax.lax import _convert_element_type
-from jax.extend import core as jcore
 
 from heddle.programs._frame import Frame, dtype_of, is_narrow
+from heddle.programs._interpret import inline, plain_jit
 from heddle.programs._table import Body, kind
 
 
@@ -66,10 +66,6 @@ def retrace(ev: Any, closed: Any) -> Any:
     return _core.ClosedJaxpr(jaxpr, consts)
 
 
-def _unspecified(shardings: Sequence[Any]) -> bool:
-    return all(type(s).__name__ == "UnspecifiedValue" for s in shardings)
-
-
 def _write_outs(frame: Frame, eqn: Any, outs: Sequence[Any]) -> None:
     for v, x in zip(eqn.outvars, outs, strict=True):
         frame.write(v, x)
@@ -92,18 +88,8 @@ def _wide_operand(ev: Any, frame: Frame, atom: Any, seg: int) -> Any:
 
 
 def _inline(ev: Any, frame: Frame, eqn: Any, closed: Any) -> None:
-    """``closed`` (a ClosedJaxpr, or an open Jaxpr without constants) evaluated into ``frame``: the
-    body's equations are the outer ones (values, twins and shadows cross the call)."""
-    inner = ev.frame()
-    jaxpr = getattr(closed, "jaxpr", closed)
-    for v, c in zip(jaxpr.constvars, getattr(closed, "consts", ()), strict=True):
-        inner.write(v, c)
-    for v, a in zip(jaxpr.invars, eqn.invars, strict=True):
-        inner.inherit(v, frame, a)
-    ev.run(inner, jaxpr)
-    for v, a in zip(eqn.outvars, jaxpr.outvars, strict=True):
-        if not isinstance(v, jcore.DropVar):
-            frame.inherit(v, inner, a)
+    """``closed`` evaluated into ``frame``: the body's equations are the outer ones."""
+    inline(frame, eqn, closed, ev.frame(), ev.run)
 
 
 # Rewritten bodies of sharded jits, keyed weakly on the original body: an entry lives as long as JAX
@@ -120,16 +106,6 @@ def _retraced_jit_body(ev: Any, closed: Any) -> Any:
     if key not in per_body:
         per_body[key] = retrace(ev, closed)
     return per_body[key]
-
-
-def plain_jit(eqn: Any) -> bool:
-    """Whether ``eqn`` is a ``jit`` without sharding or layout annotations: its body can be
-    evaluated inline, as part of the outer program, with the same results."""
-    p = eqn.params
-    if kind(eqn.primitive.name) is not Body.JIT:
-        return False
-    plain = _unspecified(p["in_shardings"]) and _unspecified(p["out_shardings"])
-    return plain and all(lay is None for lay in (*p["in_layouts"], *p["out_layouts"]))
 
 
 def _jit(ev: Any, frame: Frame, eqn: Any) -> None:

@@ -52,7 +52,7 @@ from jax.extend import core as jcore
 from heddle.policy import _dtypes as D
 from heddle.programs._audit_source import SiteCache
 from heddle.programs._frame import Frame, dtype_of, is_narrow
-from heddle.programs._higher import plain_jit
+from heddle.programs._interpret import plain_jit
 from heddle.programs._table import Body, kind
 
 
