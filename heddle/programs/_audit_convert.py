@@ -405,12 +405,21 @@ _LOOPS = (Body.SCAN, Body.WHILE)
 
 
 def _read_by_loops(eqn: Any, level: Level) -> bool:
-    """Whether only loops read a narrowing's result (in the backward pass: a cotangent computed in
-    float32 by heddle.autocast, rounded once to the narrow dtype of the transposed loop's carry or
-    per-step input, where ``jax.grad`` of the plain program computes it narrow; the audit reports
-    the loop's narrow cotangents and carries)."""
-    readers = level.consumers(eqn.outvars[0])
-    return bool(readers) and all(kind(r.primitive.name) in _LOOPS for r in readers)
+    """Whether only loops read a narrowing's result, or only the loop whose body ``level`` is, as a
+    carry or per-step result of that body (in the backward pass: a cotangent computed in float32 by
+    heddle.autocast, rounded once to the narrow dtype of the transposed loop's carry or per-step
+    input, where ``jax.grad`` of the plain program computes it narrow; the audit reports the
+    loop's narrow cotangents and carries)."""
+    (out,) = eqn.outvars
+    readers = level.consumers(out)
+    if readers:
+        return all(kind(r.primitive.name) in _LOOPS for r in readers)
+    holder = level.parent[1] if level.parent is not None else None
+    return (
+        holder is not None
+        and kind(holder.primitive.name) in _LOOPS
+        and any(out is o for o in level.jaxpr.outvars)
+    )
 
 
 def _site_of(eqn: Any, sites: SiteCache) -> Site:

@@ -268,12 +268,26 @@ def _narrow_carry_scan(w, xs):
     return jnp.mean(ys).astype(F32) + c.astype(F32).sum()
 
 
-def test_a_user_scans_narrow_carry_gives_narrow_cotangents_not_lossy_conversions():
+def _cast_carry_scan(w, xs):
+    """An RNN step that casts its carry explicitly: the transposed body rounds the carry's
+    float32 cotangent to bfloat16 itself, as a result of the body."""
+
+    def step(h, x):
+        h = jnp.tanh((h.astype(F32) @ w.astype(F32)).astype(BF) + x)
+        return h, h
+
+    _, hs = jax.lax.scan(step, jnp.zeros(4, BF), xs)
+    return jnp.sum(hs.astype(F32))
+
+
+@pytest.mark.parametrize("fn", [_narrow_carry_scan, _cast_carry_scan], ids=["carry", "cast"])
+def test_a_user_scans_narrow_carry_gives_narrow_cotangents_not_lossy_conversions(fn):
     # autocast computes the cotangents of the scan's bfloat16 outputs in float32 and rounds them
-    # once for the transposed scan, whose carries are bfloat16 as in jax.grad of the plain program:
-    # the audit reports the scan's narrow cotangents (and carry), not an implicit narrowing
+    # once for the transposed scan (outside it, or inside its body as the body's result), whose
+    # carries are bfloat16 as in jax.grad of the plain program: the audit reports the scan's
+    # narrow cotangents (and carry), not an implicit narrowing
     w, xs = jax.ShapeDtypeStruct((4, 4), BF), jax.ShapeDtypeStruct((5, 4), BF)
-    report = audit(autocast(_narrow_carry_scan), w, xs, include_backward=True)
+    report = audit(autocast(fn), w, xs, include_backward=True)
     assert report.counts[LC] == 0, str(report)
     assert report.counts[NC] > 0, str(report)
 
