@@ -27,7 +27,7 @@ from heddle.programs._audit_report import KINDS as KINDS
 from heddle.programs._audit_report import AuditReport as AuditReport
 from heddle.programs._audit_report import Finding as Finding
 from heddle.programs._audit_report import merge
-from heddle.programs._audit_source import Frame, is_user
+from heddle.programs._audit_source import Location, is_user
 from heddle.programs._audit_walk import Walker
 from heddle.programs._autocast import linen_apply
 
@@ -49,11 +49,11 @@ def _name(fn: Any) -> str:
     return name or type(fn).__name__
 
 
-def _frame_of_caller() -> Frame | None:
+def _frame_of_caller() -> Location | None:
     f: FrameType | None = sys._getframe(1)
     while f is not None:
         if is_user(f.f_code.co_filename):
-            return Frame(f.f_code.co_filename, f.f_lineno, f.f_code.co_qualname)
+            return Location(f.f_code.co_filename, f.f_lineno, f.f_code.co_qualname)
         f = f.f_back
     return None
 
@@ -148,7 +148,7 @@ def audit(
         return out, pullback(jax.tree.map(_cotangent, out))
 
     target = forward_and_backward if include_backward else flat
-    caught: list[tuple[warnings.WarningMessage, Frame | None]] = []
+    caught: list[tuple[warnings.WarningMessage, Location | None]] = []
 
     def hook(msg, category, filename, lineno, file=None, line=None):
         wm = warnings.WarningMessage(msg, category, filename, lineno, file, line)
@@ -198,7 +198,7 @@ def _x64_arguments(leaves: list[Any], dynamic: list[int]) -> list[RawFinding]:
     return out
 
 
-def _x64_warning(wm: warnings.WarningMessage, frame: Frame | None) -> RawFinding | None:
+def _x64_warning(wm: warnings.WarningMessage, frame: Location | None) -> RawFinding | None:
     text = str(wm.message)
     if "is not available" not in text or "jax_enable_x64" not in text:
         return None

@@ -38,7 +38,7 @@ from heddle.programs._audit_ir import (
     shape_of,
     short,
 )
-from heddle.programs._audit_source import _HEDDLE_DIR, Frame, Site
+from heddle.programs._audit_source import _HEDDLE_DIR, Location, Site
 from heddle.programs._table import Body, kind
 
 _F32 = np.dtype(np.float32)
@@ -49,7 +49,7 @@ class _Group:
     """The narrow cotangents of one source line and dtype, collected in program order."""
 
     index: int  # where the finding goes in ``findings``: the group's first equation
-    source: Frame | None
+    source: Location | None
     out: np.dtype
     primitives: list[str] = dataclasses.field(default_factory=list)
     dtypes: list[str] = dataclasses.field(default_factory=list)
@@ -66,7 +66,7 @@ class CotangentRules:
     _cotangent_groups: dict[tuple[Any, ...], _Group]
     # the user's line each cotangent was computed at, for one that autocast's own conversion
     # stores (the cotangent of an argument, rounded to its dtype where the backward pass ends)
-    _cotangent_sources: dict[Any, Frame]
+    _cotangent_sources: dict[Any, Location]
 
     def _site(self, eqn: Any) -> Site:
         raise NotImplementedError
@@ -123,7 +123,7 @@ class CotangentRules:
             _add(group.copies if eqn.primitive.name in SHAPE_OPS else group.shapes, shape_of(v))
             group.paths.append(ctx.path)
 
-    def _cotangent_source(self, eqn: Any) -> Frame | None:
+    def _cotangent_source(self, eqn: Any) -> Location | None:
         """The user's line of a backward equation: its own, or for one of autocast's conversions
         (in heddle's files), the line its cotangent operand was computed at."""
         source = self._site(eqn).source

@@ -18,7 +18,7 @@ from heddle.policy import _dtypes as D
 from heddle.policy import _lattice
 from heddle.policy._errors import PolicyError
 from heddle.policy._scalars import result_type
-from heddle.programs._audit_source import Frame
+from heddle.programs._audit_source import Location
 from heddle.programs._table import Body, Fact, Monoid, Rule, combining, having, holding, names
 
 NARROW_ACCUMULATION = "narrow_accumulation"
@@ -55,7 +55,7 @@ class RawFinding:
     dtypes: tuple[str, ...]
     out_dtype: str
     shapes: tuple[tuple[int, ...], ...]
-    source: Frame | None
+    source: Location | None
     backward: bool
     origin: str
     note: str
@@ -67,7 +67,7 @@ class RawFinding:
 class Ctx:
     """What an equation inherits from the equation whose body it is in."""
 
-    source: Frame | None
+    source: Location | None
     backward: bool
     explicit: bool
     path: tuple[str, ...]

@@ -16,7 +16,7 @@ from heddle.programs._audit_ir import (
     UNCLASSIFIED,
     RawFinding,
 )
-from heddle.programs._audit_source import Frame, source_line
+from heddle.programs._audit_source import Location, source_line
 
 KINDS: tuple[str, ...] = (
     NARROW_ACCUMULATION,
@@ -86,7 +86,7 @@ class Finding:
     @property
     def source(self) -> str:
         """``file:line (function)``, or ``"?"`` when the traceback had no user frame."""
-        return str(Frame(self.file, self.line, self.function)) if self.file else "?"
+        return str(Location(self.file, self.line, self.function)) if self.file else "?"
 
     @property
     def phase(self) -> str:

@@ -87,7 +87,7 @@ _CAST_ENTRIES = frozenset(
 
 
 @dataclasses.dataclass(frozen=True)
-class Frame:
+class Location:
     """One source location: file, line and function."""
 
     file: str
@@ -114,7 +114,7 @@ class Site:
     key: Any
     entry: str | None
     explicit: bool
-    source: Frame | None
+    source: Location | None
     direct: bool = False
 
 
@@ -156,14 +156,14 @@ def _plumbing(code: Any) -> bool:
     )
 
 
-def _location(code: Any, lasti: int) -> Frame:
+def _location(code: Any, lasti: int) -> Location:
     line = None
     if lasti >= 0:
         for start, end, lineno in code.co_lines():
             if start <= lasti < end:
                 line = lineno
                 break
-    return Frame(code.co_filename, line or code.co_firstlineno, code.co_qualname)
+    return Location(code.co_filename, line or code.co_firstlineno, code.co_qualname)
 
 
 class SiteCache:
@@ -203,7 +203,7 @@ def _site(traceback: Any) -> Site:
     return Site(key, entry, explicit, source, is_user(caller))
 
 
-def source_line(frame: Frame | None) -> str:
+def source_line(frame: Location | None) -> str:
     """The stripped text of a source line, or ``""`` when it cannot be read."""
     if frame is None:
         return ""
