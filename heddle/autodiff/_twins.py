@@ -160,7 +160,8 @@ def _bound(frame: Frame, eqn: Any) -> bool:
 
 def _remat(frame: Frame, eqn: Any) -> bool:
     """``jax.checkpoint``: re-wrapped around an evaluation with twins, for the inputs that have one
-    (computed or pending), so cotangents cross the checkpoint in float32."""
+    (computed or pending), returning the twins of its narrow results too, so cotangents cross the
+    checkpoint both ways in float32."""
     p = eqn.params
     jaxpr = p["jaxpr"]
     if jaxpr.constvars:
@@ -169,22 +170,27 @@ def _remat(frame: Frame, eqn: Any) -> bool:
     with_twin = [i for i in with_twin if frame.has_twin(eqn.invars[i])]
     if not with_twin:
         return False
+    narrow_out = [j for j, v in enumerate(jaxpr.outvars) if _is_narrow_atom(v)]
 
-    def body(values: list[Any], twins: list[Any]) -> list[Any]:
+    def body(values: list[Any], twins: list[Any]) -> tuple[list[Any], list[Any]]:
         inner = _frame()
         for v, x in zip(jaxpr.invars, values, strict=True):
             inner.write(v, x)
         for i, t in zip(with_twin, twins, strict=True):
             inner.twins[jaxpr.invars[i]] = t
         _run(inner, jaxpr)
-        return [inner.read(v) for v in jaxpr.outvars]
+        outs = [inner.read(v) for v in jaxpr.outvars]
+        return outs, [inner.twin(jaxpr.outvars[j]) for j in narrow_out]
 
     wrapped = jax.checkpoint(body, prevent_cse=p["prevent_cse"], policy=p["policy"])
-    outs = wrapped(
+    outs, out_twins = wrapped(
         [frame.read(a) for a in eqn.invars], [frame.twin(eqn.invars[i]) for i in with_twin]
     )
     for v, x in zip(eqn.outvars, outs, strict=True):
         frame.write(v, x)
+    for j, t in zip(narrow_out, out_twins, strict=True):
+        if not isinstance(eqn.outvars[j], jex_core.DropVar):
+            frame.twins[eqn.outvars[j]] = t
     return True
 
 
@@ -315,10 +321,18 @@ def _exactly(x: Any) -> Any:
     a narrow result computed in float32 (``xla_allow_excess_precision``) and pass the unrounded
     float32 value on, so the forward value would differ from the plain program's."""
     wide = lax.convert_element_type(x, _F32)
-    if np.dtype(x.dtype) not in _IEEE_LIKE:  # reduce_precision models formats with inf only
+    d = np.dtype(x.dtype)
+    if d not in _IEEE_LIKE:  # reduce_precision models formats with inf only
         return wide
-    info = jnp.finfo(x.dtype)
-    return lax.reduce_precision(wide, exponent_bits=info.nexp, mantissa_bits=info.nmant)
+    info = jnp.finfo(d)
+    pinned = lax.reduce_precision(wide, exponent_bits=info.nexp, mantissa_bits=info.nmant)
+    if info.nexp == 8:  # bfloat16's subnormals are float32's: reduce_precision keeps them
+        return pinned
+    # reduce_precision flushes the format's subnormals (float16 below 2**-14) to zero: there the
+    # value is rounded to a multiple of the smallest subnormal (a power of two: exact scalings)
+    step = float(info.smallest_subnormal)
+    sub = lax.round(wide * (1 / step), lax.RoundingMethod.TO_NEAREST_EVEN) * step
+    return lax.select(lax.abs(wide) < float(info.smallest_normal), sub, pinned)
 
 
 def _straight_through(tangent: Callable[..., list[Any]]) -> Callable[..., list[Any]]:
