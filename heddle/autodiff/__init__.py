@@ -51,7 +51,8 @@ Higher orders compose: ``hessian`` is ``jacfwd(jacrev(fun))`` with heddle's tran
 one sees the inner one's backward pass as ordinary equations with twins of their own. Forward-mode
 tangents follow the same rule as cotangents.
 
-``jax.checkpoint`` is kept (re-applied around the evaluation, with the leaves' twins passed in).
+``jax.checkpoint`` is kept (re-applied around the evaluation, with the twins of its inputs passed in
+and those of its narrow results returned).
 
 Limits: ``custom_vjp`` functions, bit casts and the bodies of ``shard_map`` and ``pmap`` keep JAX's
 derivative (a narrow value they produce has a cotangent of its own dtype), and a function whose Python
