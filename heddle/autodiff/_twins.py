@@ -33,6 +33,7 @@ functions without sharding annotations are evaluated inline so the rewrites reac
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -270,8 +271,11 @@ def _wide_twins(
     floats = [i for i, a in enumerate(eqn.invars) if _is_float_atom(a)]
     picks = [k for k, _ in outs]
 
-    def widened(*xs: Any) -> list[Any]:
-        args = list(wide)
+    def widened(base: list[Any], *xs: Any) -> list[Any]:
+        """The equation at float32 on ``xs``, its other operands (indices, predicates) from
+        ``base``: passed in, never closed over, so a rule traced later (a higher derivative)
+        reads them from its own trace."""
+        args = list(base)
         for i, x in zip(floats, xs, strict=True):
             args[i] = x
         res = widen_bind(eqn, args)
@@ -282,12 +286,12 @@ def _wide_twins(
     else:
 
         def tangent(ins: Any, xs: Any, ts: Any) -> list[Any]:
-            del ins
             ts = [_instantiate(t, x) for t, x in zip(ts, xs, strict=True)]
-            return list(jax.jvp(widened, tuple(xs), tuple(ts))[1])
+            at = functools.partial(widened, list(ins))
+            return list(jax.jvp(at, tuple(xs), tuple(ts))[1])
 
         try:
-            jax.eval_shape(widened, *(wide[i] for i in floats))
+            jax.eval_shape(functools.partial(widened, wide), *(wide[i] for i in floats))
         except Exception:  # no float32 version of this equation: JAX's own derivative is kept
             return {
                 v: lax.convert_element_type(x, _F32) for (_, v), x in zip(outs, narrow, strict=True)

@@ -124,3 +124,29 @@ def test_hessian_through_heddle_numpy_matches_jacfwd_of_jacrev():
     a = jax.jit(autodiff.hessian(f))(x)
     b = jax.jit(autodiff.jacfwd(autodiff.jacrev(f)))(x)
     assert a.dtype == b.dtype == F32 and np.array_equal(np.asarray(a), np.asarray(b))
+
+
+@pytest.mark.parametrize(
+    "how",
+    ["hessian", "jacfwd(grad)", "jacrev(grad)"],
+)
+@pytest.mark.parametrize("values", [[0.3, -0.2, 0.5], [-0.3, -0.2, 0.1]], ids=["sin", "cos"])
+def test_second_derivatives_through_a_cond_against_float64(how, values):
+    """The inner derivative's rule reads the cond's index as an argument (it was a tracer of the
+    inner trace, closed over: UnexpectedTracerError at the outer level)."""
+
+    def f(a):
+        out = jax.lax.cond(a.sum() > 0, lambda a: jnp.sin(a) * a, jnp.cos, a)
+        return jnp.sum(out.astype(jnp.float32))
+
+    second = {
+        "hessian": autodiff.hessian,
+        "jacfwd(grad)": lambda f: autodiff.jacfwd(autodiff.grad(f)),
+        "jacrev(grad)": lambda f: autodiff.jacrev(autodiff.grad(f)),
+    }[how]
+    a = jnp.asarray(values, jnp.bfloat16)
+    a64 = np.asarray(a, np.float64)
+    want = 2 * np.cos(a64) - a64 * np.sin(a64) if a64.sum() > 0 else -np.cos(a64)
+    h = np.asarray(second(f)(a), np.float64)
+    np.testing.assert_allclose(np.diag(h), want, rtol=1e-5)
+    assert (h[~np.eye(3, dtype=bool)] == 0).all()
