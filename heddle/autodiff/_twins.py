@@ -334,9 +334,20 @@ def _exactly(x: Any) -> Any:
         return pinned
     # reduce_precision flushes the format's subnormals (float16 below 2**-14) to zero: there the
     # value is rounded to a multiple of the smallest subnormal (a power of two: exact scalings)
-    step = float(info.smallest_subnormal)
-    sub = lax.round(wide * (1 / step), lax.RoundingMethod.TO_NEAREST_EVEN) * step
+    sub = _on_grid(wide, float(info.smallest_subnormal))
     return lax.select(lax.abs(wide) < float(info.smallest_normal), sub, pinned)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(1,))
+def _on_grid(x: Any, step: float) -> Any:
+    """``x`` rounded to the nearest multiple of the power of two ``step`` (ties to even; the sign
+    of zero kept), with derivative 1, as ``reduce_precision``'s."""
+    return lax.round(x * (1 / step), lax.RoundingMethod.TO_NEAREST_EVEN) * step
+
+
+@_on_grid.defjvp
+def _on_grid_jvp(step: float, primals: Any, tangents: Any) -> tuple[Any, Any]:
+    return _on_grid(primals[0], step), tangents[0]
 
 
 def _straight_through(tangent: Callable[..., list[Any]]) -> Callable[..., list[Any]]:
