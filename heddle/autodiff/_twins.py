@@ -46,7 +46,7 @@ from jax.extend import core as jex_core
 
 from heddle.autodiff._rules import contract, like
 from heddle.autodiff._widen import is_narrow, widen_bind
-from heddle.programs._frame import Frame, Once
+from heddle.programs._frame import Frame, Once, dtype_of
 from heddle.programs._interpret import bind, context, inline, plain_jit, run
 from heddle.programs._table import Body, Fact, Rule, has, having, kind, rule
 
@@ -59,11 +59,6 @@ _COPYING = having(Fact.COPIES)
 
 def _is_float(d: np.dtype) -> bool:
     return bool(jnp.issubdtype(d, jnp.floating))
-
-
-def _dtype(atom: Any) -> np.dtype | None:
-    aval = atom.aval
-    return getattr(aval, "dtype", None)
 
 
 def _weak(atom: Any) -> bool:
@@ -109,7 +104,7 @@ def _convert(frame: Frame, eqn: Any) -> bool:
     params = eqn.params
     if params.get("sharding") is not None or _weak(out):
         return False
-    s, d = _dtype(src), np.dtype(params["new_dtype"])
+    s, d = dtype_of(src), np.dtype(params["new_dtype"])
     if s is None or not _is_float(d):
         return False
     if is_narrow(s) and d.itemsize >= 4:
@@ -121,8 +116,8 @@ def _convert(frame: Frame, eqn: Any) -> bool:
 
 def _dot(frame: Frame, eqn: Any) -> bool:
     lhs, rhs = eqn.invars
-    out_dtype = _dtype(eqn.outvars[0])
-    dl, dr = _dtype(lhs), _dtype(rhs)
+    out_dtype = dtype_of(eqn.outvars[0])
+    dl, dr = dtype_of(lhs), dtype_of(rhs)
     if out_dtype is None or dl is None or dr is None:
         return False
     if not (_is_float(out_dtype) and _is_float(dl) and _is_float(dr)):
@@ -167,8 +162,7 @@ def _remat(frame: Frame, eqn: Any) -> bool:
     jaxpr = p["jaxpr"]
     if jaxpr.constvars:
         return False
-    with_twin = [i for i, a in enumerate(eqn.invars) if not isinstance(a, jex_core.Literal)]
-    with_twin = [i for i in with_twin if frame.has_twin(eqn.invars[i])]
+    with_twin = [i for i, a in enumerate(eqn.invars) if frame.has_twin(a)]  # never a literal
     if not with_twin:
         return False
     narrow_out = [j for j, v in enumerate(jaxpr.outvars) if _is_narrow_atom(v)]
@@ -215,12 +209,12 @@ _BODIES: dict[Body, Callable[[Frame, Any], bool]] = {
 
 def _copying_twin(frame: Frame, eqn: Any) -> None:
     (out,) = eqn.outvars
-    d = _dtype(out)
+    d = dtype_of(out)
     if d is None or not is_narrow(d) or isinstance(out, jex_core.DropVar):
         return
     if not any(frame.has_twin(a) for a in eqn.invars):
         return  # nothing upstream carries a twin: the default conversion is as good
-    refs = [frame.twin_ref(a) if _dtype(a) == d else frame.value_ref(a) for a in eqn.invars]
+    refs = [frame.twin_ref(a) if dtype_of(a) == d else frame.value_ref(a) for a in eqn.invars]
     frame.defer_twin(out, lambda: bind(eqn, [ref() for ref in refs])[0], refs)
 
 
@@ -235,7 +229,7 @@ def _derived_twin(frame: Frame, eqn: Any) -> None:
     outs = [
         (k, v)
         for k, v in enumerate(eqn.outvars)
-        if not isinstance(v, jex_core.DropVar) and _dtype(v) is not None and is_narrow(_dtype(v))
+        if not isinstance(v, jex_core.DropVar) and _is_narrow_atom(v)
     ]
     if not outs or not any(_is_float_atom(a) for a in eqn.invars):
         return
@@ -254,12 +248,12 @@ def _derived_twin(frame: Frame, eqn: Any) -> None:
 
 
 def _is_float_atom(a: Any) -> bool:
-    d = _dtype(a)
-    return d is not None and _is_float(np.dtype(d))
+    d = dtype_of(a)
+    return d is not None and _is_float(d)
 
 
 def _is_narrow_atom(a: Any) -> bool:
-    d = _dtype(a)
+    d = dtype_of(a)
     return d is not None and is_narrow(d)
 
 
