@@ -1,8 +1,10 @@
 """Writes ``tests/slow_cases.txt``: the test cases that run only under ``pytest -m slow``.
 
 The default run keeps every test case that took at most ``--seconds`` (1.0 by default) in a timed
-run of it, and, of each test function whose cases all took longer, its cheapest case: every check
-runs in the default run at least once, and its longer cases in the slow run. ``tests/conftest.py``
+run of it, and, of each test function whose cases all took longer, its cheapest case, and its
+cheapest eager and cheapest jitted case where its ids say ``eager`` or ``jit``: every check runs in
+the default run at least once, eagerly and under ``jax.jit`` where it has both, and its longer cases
+in the slow run. ``tests/conftest.py``
 marks the listed cases ``slow`` at collection. A case already listed that the timed run did not run
 (the default run leaves it out) stays listed, with the seconds it was listed with; one it ran is
 decided again.
@@ -25,7 +27,8 @@ LIST = pathlib.Path(__file__).with_name("slow_cases.txt")
 HEADER = """\
 # Test cases the default run leaves to `pytest -m slow` (tests/conftest.py marks them), with the
 # seconds each took in the timed run this list was made from. Made by tests/_slow_cases.py:
-# every case over {seconds} s, except the cheapest case of each test function, which stays;
+# every case over {seconds} s, except the cheapest case of each test function (and its cheapest
+# eager and jitted case where it has both), which stays;
 # cases listed before that the timed run left out stay, with their earlier seconds.
 """
 
@@ -41,11 +44,18 @@ def timings(junit: pathlib.Path) -> dict[str, float]:
     return out
 
 
+def family(node: str) -> str:
+    """The test function of a case, with ``eager`` or ``jit`` where its parameter ids hold one."""
+    ids = re.search(r"\[(.*)\]$", node)
+    modes = [m for m in ("eager", "jit") if ids and m in ids.group(1).split("-")]
+    return re.sub(r"\[.*\]$", "", node) + "|" + ",".join(modes)
+
+
 def slow_cases(times: dict[str, float], seconds: float) -> dict[str, float]:
-    """The cases over ``seconds``, less the cheapest case of each test function."""
+    """The cases over ``seconds``, less the cheapest case of each ``family``."""
     families: dict[str, list[str]] = collections.defaultdict(list)
     for node in times:
-        families[re.sub(r"\[.*\]$", "", node)].append(node)
+        families[family(node)].append(node)
     out = {}
     for cases in families.values():
         cheapest = min(cases, key=times.__getitem__)

@@ -6,11 +6,44 @@ import json
 import os
 import pathlib
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 
 import jax
 import pytest
+
+_CACHE_ENV = "JAX_COMPILATION_CACHE_DIR"
+_CACHE_OWNED = "HEDDLE_TEST_OWNS_XLA_CACHE"
+
+
+def pytest_configure(config):
+    """One XLA compilation cache for the run, new and empty at its start, shared by the xdist
+    workers and by the subprocesses the tests start.
+
+    Most of the suite's time is XLA compiling small programs, and many tests compile the same
+    program from a new Python function (a lambda per case); JAX's persistent cache is keyed on the
+    program and the compile options, so an identical program is compiled once per run. The cache
+    never outlives the run (it is made here and removed in ``pytest_unconfigure``), so a run's time
+    is always a cold one. A ``JAX_COMPILATION_CACHE_DIR`` set by the caller is used as it is.
+    """
+    if _CACHE_ENV not in os.environ:
+        os.environ[_CACHE_ENV] = tempfile.mkdtemp(prefix="heddle-tests-xla-cache-")
+        os.environ[_CACHE_OWNED] = str(os.getpid())
+    os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
+    os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "0"
+    jax.config.update("jax_compilation_cache_dir", os.environ[_CACHE_ENV])
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+
+
+def pytest_unconfigure(config):
+    """Removes the run's compilation cache, in the process that made it."""
+    if os.environ.get(_CACHE_OWNED) == str(os.getpid()):
+        shutil.rmtree(os.environ.pop(_CACHE_ENV), ignore_errors=True)
+        del os.environ[_CACHE_OWNED]
+
 
 _SLOW_CASES = pathlib.Path(__file__).with_name("slow_cases.txt")
 

@@ -33,6 +33,22 @@ def test_the_cheapest_case_of_each_function_stays_and_longer_ones_move():
     }
 
 
+def test_the_cheapest_eager_and_the_cheapest_jitted_case_both_stay():
+    times = {
+        "tests/a.py::test_f[eager-bf16]": 5.0,
+        "tests/a.py::test_f[eager-f16]": 3.0,
+        "tests/a.py::test_f[jit-bf16]": 2.0,
+        "tests/a.py::test_f[jit-f16]": 0.5,
+        "tests/a.py::test_g[jitter-x]": 4.0,  # "jitter" is not "jit"
+        "tests/a.py::test_g[jitter-y]": 3.0,
+    }
+    assert slow.slow_cases(times, 0.1) == {
+        "tests/a.py::test_f[eager-bf16]": 5.0,  # test_f[eager-f16] stays: the cheapest eager case
+        "tests/a.py::test_f[jit-bf16]": 2.0,
+        "tests/a.py::test_g[jitter-x]": 4.0,
+    }
+
+
 def test_a_case_listed_before_stays_unless_the_timed_run_ran_it():
     before = {"tests/a.py::test_f[x]": 5.0, "tests/a.py::test_f[y]": 3.0}
     # a default run leaves the listed ones out; a run with -m '' times them again

@@ -4,7 +4,8 @@ autocast computes each narrow value in float32 and rounds it once to the dtype J
 it through its exact float32 twin, and feeds a narrow dot the twins narrowed back (exact). In the
 backward pass the transposes of those conversions round each cotangent once to its primal's
 dtype, the dtype JAX's own cotangent has there. None of these is an implicit narrowing; a real
-one (``bf16.at[i].set(f32)``, the bfloat16 gradient of a mixed-dtype op) still is.
+one (``bf16.at[i].set(f32)``) still is. A mixed-dtype op is the policy's own promotion under
+autocast, and the bfloat16 gradient ``jax.vjp`` gives it is reported as a narrow cotangent.
 """
 
 from __future__ import annotations
@@ -331,6 +332,22 @@ def test_the_bfloat16_gradient_of_a_mixed_dtype_op_is_still_an_implicit_narrowin
     report = audit(lambda a, b: jnp.sum(a + b), X, Y, include_backward=True)
     (lc,) = report.of_kind(LC)
     assert (lc.dtypes, lc.out_dtype, lc.phase) == (("f32",), "bf16", "backward")
+
+
+def test_under_autocast_a_mixed_dtype_op_is_the_policys_and_its_gradient_a_narrow_cotangent(
+    standard,
+):
+    # autocast promotes bf16 + f32 by heddle's lattice, explicitly: no implicit promotion. jax.vjp
+    # still rounds the bfloat16 input's float32 cotangent to bfloat16: the narrow cotangent the
+    # audit reports without autocast too, at the same line (heddle.autodiff keeps it float32)
+    f = lambda a, b: jnp.sum(a + b)
+    plain = audit(f, X, Y, include_backward=True)
+    report = audit(autocast(f), X, Y, include_backward=True)
+    assert (report.counts[IP], report.counts[LC], plain.counts[IP]) == (0, 0, 1)
+    (nc,) = report.of_kind(NC)
+    (plain_nc,) = plain.of_kind(NC)
+    assert (nc.dtypes, nc.out_dtype, nc.phase) == (("f32",), "bf16", "backward")
+    assert nc.source == plain_nc.source
 
 
 def _gather_sum(x, idx):
