@@ -1,13 +1,14 @@
 """Writes ``tests/slow_cases.txt``: the test cases that run only under ``pytest -m slow``.
 
 The default run keeps every test case that took at most ``--seconds`` (1.0 by default) in a timed
-run of it, and, of each test function whose cases all took longer, its cheapest case, and its
-cheapest eager and cheapest jitted case where its ids say ``eager`` or ``jit``: every check runs in
-the default run at least once, eagerly and under ``jax.jit`` where it has both, and its longer cases
-in the slow run. ``tests/conftest.py``
-marks the listed cases ``slow`` at collection. A case already listed that the timed run did not run
-(the default run leaves it out) stays listed, with the seconds it was listed with; one it ran is
-decided again.
+run of it; of each test function, its cheapest case; and of each test function whose ids say
+``eager`` and ``jit``, its cheapest eager and its cheapest jitted case where that took at most
+``MODE_SECONDS`` (1 s): every check runs in the default run at least once, eagerly and under
+``jax.jit`` where that is cheap, and its longer cases in the slow run. ``tests/conftest.py`` marks the
+listed cases ``slow`` at collection. A case already listed that the timed run did not run
+(the default run leaves it out) keeps the seconds it was listed with, and every case is decided
+again with the rest of its test function (so a cheapest eager or jitted case that an earlier list
+left out returns).
 
 Usage (a timed run of the default suite, then this script)::
 
@@ -24,12 +25,14 @@ import re
 import xml.etree.ElementTree as ET
 
 LIST = pathlib.Path(__file__).with_name("slow_cases.txt")
+MODE_SECONDS = 1.0
+"""The longest a test function's cheapest eager (or jitted) case may take and still stay."""
 HEADER = """\
 # Test cases the default run leaves to `pytest -m slow` (tests/conftest.py marks them), with the
 # seconds each took in the timed run this list was made from. Made by tests/_slow_cases.py:
-# every case over {seconds} s, except the cheapest case of each test function (and its cheapest
-# eager and jitted case where it has both), which stays;
-# cases listed before that the timed run left out stay, with their earlier seconds.
+# every case over {seconds} s, except the cheapest case of each test function, and its cheapest
+# eager and cheapest jitted case where it has both and that took at most 1 s, which stay;
+# a case listed before that the timed run left out is decided again with its earlier seconds.
 """
 
 
@@ -44,23 +47,35 @@ def timings(junit: pathlib.Path) -> dict[str, float]:
     return out
 
 
-def family(node: str) -> str:
-    """The test function of a case, with ``eager`` or ``jit`` where its parameter ids hold one."""
+def _function(node: str) -> str:
+    return re.sub(r"\[.*\]$", "", node)
+
+
+def _mode(node: str) -> str:
+    """``eager`` or ``jit`` where a case's parameter ids hold one (as a whole id), else ``""``."""
     ids = re.search(r"\[(.*)\]$", node)
-    modes = [m for m in ("eager", "jit") if ids and m in ids.group(1).split("-")]
-    return re.sub(r"\[.*\]$", "", node) + "|" + ",".join(modes)
+    parts = ids.group(1).split("-") if ids else []
+    return next((m for m in ("eager", "jit") if m in parts), "")
 
 
-def slow_cases(times: dict[str, float], seconds: float) -> dict[str, float]:
-    """The cases over ``seconds``, less the cheapest case of each ``family``."""
-    families: dict[str, list[str]] = collections.defaultdict(list)
+def slow_cases(
+    times: dict[str, float], seconds: float, mode_seconds: float = MODE_SECONDS
+) -> dict[str, float]:
+    """The cases over ``seconds``, less the cheapest case of each test function and, of each test
+    function with eager and jitted cases, the cheapest eager and the cheapest jitted case that took
+    at most ``mode_seconds``."""
+    functions: dict[str, list[str]] = collections.defaultdict(list)
+    modes: dict[tuple[str, str], list[str]] = collections.defaultdict(list)
     for node in times:
-        families[family(node)].append(node)
-    out = {}
-    for cases in families.values():
+        functions[_function(node)].append(node)
+        if _mode(node):
+            modes[_function(node), _mode(node)].append(node)
+    stay = {min(cases, key=times.__getitem__) for cases in functions.values()}
+    for cases in modes.values():
         cheapest = min(cases, key=times.__getitem__)
-        out.update({c: times[c] for c in cases if c != cheapest and times[c] > seconds})
-    return out
+        if times[cheapest] <= mode_seconds:
+            stay.add(cheapest)
+    return {node: t for node, t in times.items() if node not in stay and t > seconds}
 
 
 def listed() -> dict[str, float]:
@@ -72,9 +87,10 @@ def listed() -> dict[str, float]:
 
 
 def merged(before: dict[str, float], times: dict[str, float], seconds: float) -> dict[str, float]:
-    """The cases ``before`` listed that ``times`` did not run, and ``slow_cases(times, seconds)``."""
-    kept = {node: t for node, t in before.items() if node not in times}
-    return {**kept, **slow_cases(times, seconds)}
+    """``slow_cases`` of every case ``before`` listed or ``times`` ran, with the seconds of the
+    timed run where it has them: a listed case the run left out keeps its earlier seconds, and is
+    decided again with the rest of its test function."""
+    return slow_cases({**before, **times}, seconds)
 
 
 def main() -> None:

@@ -15,7 +15,13 @@ import jax
 import pytest
 
 _CACHE_ENV = "JAX_COMPILATION_CACHE_DIR"
-_CACHE_OWNED = "HEDDLE_TEST_OWNS_XLA_CACHE"
+_CACHE_OWNER = "HEDDLE_TEST_XLA_CACHE_OWNER"
+_CACHE_SETTINGS = {  # JAX option: (its environment variable, the run's value)
+    "jax_compilation_cache_dir": (_CACHE_ENV, None),
+    "jax_persistent_cache_min_compile_time_secs": ("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", 0),
+    "jax_persistent_cache_min_entry_size_bytes": ("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", 0),
+}
+_saved: dict[str, object] = {}
 
 
 def pytest_configure(config):
@@ -25,24 +31,39 @@ def pytest_configure(config):
     Most of the suite's time is XLA compiling small programs, and many tests compile the same
     program from a new Python function (a lambda per case); JAX's persistent cache is keyed on the
     program and the compile options, so an identical program is compiled once per run. The cache
-    never outlives the run (it is made here and removed in ``pytest_unconfigure``), so a run's time
-    is always a cold one. A ``JAX_COMPILATION_CACHE_DIR`` set by the caller is used as it is.
+    never outlives the run (it is made here, in the process that starts the run, and removed in
+    its ``pytest_unconfigure``), so a run's time is always a cold one. A caller's own
+    ``JAX_COMPILATION_CACHE_DIR`` is left as it is, with the caller's settings.
     """
-    if _CACHE_ENV not in os.environ:
+    if os.environ.get(_CACHE_OWNER) is None and _CACHE_ENV in os.environ:
+        return  # the caller's cache
+    if _CACHE_OWNER not in os.environ:  # the run's first process: the workers inherit the env
+        _saved.update(
+            (k, (os.environ.get(env), jax.config.values[k]))
+            for k, (env, _) in _CACHE_SETTINGS.items()
+        )
         os.environ[_CACHE_ENV] = tempfile.mkdtemp(prefix="heddle-tests-xla-cache-")
-        os.environ[_CACHE_OWNED] = str(os.getpid())
-    os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
-    os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "0"
-    jax.config.update("jax_compilation_cache_dir", os.environ[_CACHE_ENV])
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
-    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+        os.environ[_CACHE_OWNER] = str(os.getpid())
+    for option, (env, value) in _CACHE_SETTINGS.items():
+        value = os.environ[_CACHE_ENV] if value is None else value
+        os.environ[env] = str(value)
+        jax.config.update(option, value)
 
 
 def pytest_unconfigure(config):
-    """Removes the run's compilation cache, in the process that made it."""
-    if os.environ.get(_CACHE_OWNED) == str(os.getpid()):
-        shutil.rmtree(os.environ.pop(_CACHE_ENV), ignore_errors=True)
-        del os.environ[_CACHE_OWNED]
+    """Removes the run's compilation cache and restores the settings, in the process that made
+    it (a later ``pytest.main`` in the same process starts from the caller's settings again)."""
+    if os.environ.get(_CACHE_OWNER) != str(os.getpid()):
+        return
+    shutil.rmtree(os.environ[_CACHE_ENV], ignore_errors=True)
+    del os.environ[_CACHE_OWNER]
+    for option, (env, _) in _CACHE_SETTINGS.items():
+        before, value = _saved.pop(option)
+        if before is None:
+            os.environ.pop(env, None)
+        else:
+            os.environ[env] = before
+        jax.config.update(option, value)
 
 
 _SLOW_CASES = pathlib.Path(__file__).with_name("slow_cases.txt")

@@ -35,17 +35,29 @@ def test_the_cheapest_case_of_each_function_stays_and_longer_ones_move():
 
 def test_the_cheapest_eager_and_the_cheapest_jitted_case_both_stay():
     times = {
-        "tests/a.py::test_f[eager-bf16]": 5.0,
-        "tests/a.py::test_f[eager-f16]": 3.0,
+        "tests/a.py::test_f[eager-bf16]": 0.9,
+        "tests/a.py::test_f[eager-f16]": 0.7,
         "tests/a.py::test_f[jit-bf16]": 2.0,
         "tests/a.py::test_f[jit-f16]": 0.5,
         "tests/a.py::test_g[jitter-x]": 4.0,  # "jitter" is not "jit"
         "tests/a.py::test_g[jitter-y]": 3.0,
+        "tests/a.py::test_h[eager]": 5.0,  # over 1 s: only the function's cheapest case stays
+        "tests/a.py::test_h[jit]": 0.2,
     }
     assert slow.slow_cases(times, 0.1) == {
-        "tests/a.py::test_f[eager-bf16]": 5.0,  # test_f[eager-f16] stays: the cheapest eager case
+        "tests/a.py::test_f[eager-bf16]": 0.9,  # test_f[eager-f16] stays: the cheapest eager case
         "tests/a.py::test_f[jit-bf16]": 2.0,
         "tests/a.py::test_g[jitter-x]": 4.0,
+        "tests/a.py::test_h[eager]": 5.0,
+    }
+
+
+def test_a_listed_case_that_is_now_its_functions_cheapest_eager_case_returns():
+    before = {"tests/a.py::test_f[eager-a]": 0.8, "tests/a.py::test_f[eager-b]": 0.6}
+    times = {"tests/a.py::test_f[jit-a]": 0.2, "tests/a.py::test_f[jit-b]": 0.1}
+    assert slow.merged(before, times, 0.05) == {
+        "tests/a.py::test_f[eager-a]": 0.8,
+        "tests/a.py::test_f[jit-a]": 0.2,
     }
 
 
