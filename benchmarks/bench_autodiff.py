@@ -2,11 +2,12 @@
 
 For the MLP and transformer block of ``heddle.examples`` in bfloat16 and float16, written with
 heddle.numpy and with jax.numpy, the compiled gradient step ``jax.jit(heddle.autodiff.grad(loss))``
-against ``jax.jit(jax.grad(loss))``: the forward pass is the same code; heddle's backward pass keeps
-every cotangent of a narrow value in float32 and returns float32 gradients, JAX's keeps cotangents at
-the narrow dtype and returns narrow gradients. Target: time ratio <= 1.05. Beside it, the peak memory
-of each compiled program (XLA's memory analysis) and the ratio of the two. The two run alternately,
-one call each per round (100 rounds), and the ratio is the median of the per-round ratios.
+(its default ``contractions="float32"``, and ``contractions="scaled"``) against
+``jax.jit(jax.grad(loss))``: the forward pass is the same code; heddle's backward pass keeps every
+cotangent of a narrow value in float32 and returns float32 gradients, JAX's keeps cotangents at the
+narrow dtype and returns narrow gradients. Target: time ratio <= 1.05. Beside it, the peak memory of
+each compiled program (XLA's memory analysis). The three run in rotating order, one call each per
+round (100 rounds), and each ratio is the median of the per-round ratios to jax.grad.
 
 Run: python benchmarks/bench_autodiff.py
 """
@@ -45,22 +46,23 @@ def models(dtype):
     }
 
 
-def paired(a, b, rounds: int) -> tuple[float, float, float]:
-    """Median times of a and b and the median of per-round ratios a/b; one call of each per round,
-    alternating which goes first, so a noisy shared machine slows both alike."""
-    ta, tb, ratios = [], [], []
+def rotated(fns, rounds: int) -> tuple[list[float], list[float]]:
+    """Median times of each of ``fns`` and the medians of the per-round ratios of each to the first;
+    one call of each per round, the order rotating, so a noisy shared machine slows all alike."""
+    n = len(fns)
+    times: list[list[float]] = [[] for _ in fns]
+    ratios: list[list[float]] = [[] for _ in fns]
     for r in range(rounds):
-        first, second = (a, b) if r % 2 == 0 else (b, a)
-        t0 = time.perf_counter()
-        jax.block_until_ready(first())
-        t1 = time.perf_counter()
-        jax.block_until_ready(second())
-        t2 = time.perf_counter()
-        x, y = (t1 - t0, t2 - t1) if r % 2 == 0 else (t2 - t1, t1 - t0)
-        ta.append(x)
-        tb.append(y)
-        ratios.append(x / y)
-    return statistics.median(ta), statistics.median(tb), statistics.median(ratios)
+        took = [0.0] * n
+        for j in range(n):
+            i = (r + j) % n
+            t0 = time.perf_counter()
+            jax.block_until_ready(fns[i]())
+            took[i] = time.perf_counter() - t0
+        for i in range(n):
+            times[i].append(took[i])
+            ratios[i].append(took[i] / took[0])
+    return [statistics.median(t) for t in times], [statistics.median(q) for q in ratios]
 
 
 def memory(compiled) -> tuple[int, int, int]:
@@ -85,28 +87,31 @@ def main() -> None:
             y = model(xp, p, x)
             return xp.mean(xp.multiply(y, y))
 
-        ours = jax.jit(autodiff.grad(loss)).lower(params, x).compile()
         theirs = jax.jit(jax.grad(loss)).lower(params, x).compile()
-        g_ours, g_theirs = ours(params, x), theirs(params, x)
-        assert all(g.dtype == jnp.float32 for g in jax.tree.leaves(g_ours))
-        assert all(g.dtype == dtype for g in jax.tree.leaves(g_theirs))
+        ours = jax.jit(autodiff.grad(loss)).lower(params, x).compile()
+        scaled = jax.jit(autodiff.grad(loss, contractions="scaled")).lower(params, x).compile()
+        assert all(g.dtype == dtype for g in jax.tree.leaves(theirs(params, x)))
+        for fn in (ours, scaled):
+            assert all(g.dtype == jnp.float32 for g in jax.tree.leaves(fn(params, x)))
+        fns = [lambda f=f: f(params, x) for f in (theirs, ours, scaled)]
         for _ in range(3):
-            jax.block_until_ready((ours(params, x), theirs(params, x)))
-        t_ours, t_theirs, ratio = paired(lambda: ours(params, x), lambda: theirs(params, x), 100)
-        (p_ours, tmp_ours, out_ours), (p_theirs, tmp_theirs, out_theirs) = (
-            memory(ours),
-            memory(theirs),
-        )
+            jax.block_until_ready([f() for f in fns])
+        (t_theirs, t_ours, t_scaled), (_, r_ours, r_scaled) = rotated(fns, 100)
         mib = 2.0**20
+        (p_t, tmp_t, out_t), (p_o, tmp_o, out_o), (p_s, tmp_s, out_s) = (
+            memory(c) for c in (theirs, ours, scaled)
+        )
         rows.append(
             [
                 f"{name}, {jnp.dtype(dtype).name}, {xp.__name__}",
                 t_theirs * 1e3,
                 t_ours * 1e3,
-                f"**{ratio:.3f}**",
-                f"{p_theirs / mib:.2f} / {p_ours / mib:.2f} ({p_ours / p_theirs:.2f})",
-                f"{tmp_theirs / mib:.2f} / {tmp_ours / mib:.2f}",
-                f"{out_theirs / mib:.2f} / {out_ours / mib:.2f}",
+                t_scaled * 1e3,
+                f"**{r_ours:.3f}**",
+                f"**{r_scaled:.3f}**",
+                f"{p_t / mib:.2f} / {p_o / mib:.2f} / {p_s / mib:.2f}",
+                f"{tmp_t / mib:.2f} / {tmp_o / mib:.2f} / {tmp_s / mib:.2f}",
+                f"{out_t / mib:.2f} / {out_o / mib:.2f} / {out_s / mib:.2f}",
             ]
         )
     print(machine())
@@ -116,11 +121,13 @@ def main() -> None:
             [
                 "model, dtype, namespace",
                 "jax.grad (ms)",
-                "heddle grad (ms)",
-                "time ratio",
-                "peak MiB: jax / heddle (ratio)",
-                "temporaries MiB: jax / heddle",
-                "gradients MiB: jax / heddle",
+                "heddle float32 (ms)",
+                "heddle scaled (ms)",
+                "float32 / jax",
+                "scaled / jax",
+                "peak MiB: jax / float32 / scaled",
+                "temporaries MiB",
+                "gradients MiB",
             ],
             rows,
         )

@@ -20,6 +20,10 @@ What it measures (medians after warm-up, heddle and the alternative alternating)
 5. The narrow-contraction matrix of ``benchmarks/bench_contractions.py`` (the same shapes, dtypes
    and passes as on CPU): heddle against jax.numpy's defaults and hand-written float32
    accumulation. Target: every row <= 1.05x the faster of the two, the median row <= 1.0.
+6. The backward pass with float32 cotangents: ``heddle.autodiff.grad`` with its default
+   ``contractions="float32"`` (float32 backward matmuls) and with ``contractions="scaled"``
+   (bfloat16/float16 backward matmuls on a scaled copy of the cotangent) against ``jax.grad`` of
+   the same bfloat16 and float16 transformer block and MLP. Target: scaled / jax.grad <= 1.05.
 
 Results go to ``benchmarks/RESULTS-gpu.md`` (``--out`` to change), with the machine and versions.
 """
@@ -56,6 +60,9 @@ SIZES = {  # full run on a GPU / --dry-run on anything
     "f32_matmul": (4096, 64),
     "mlp": (((2048, 4096, 4096, 2048, 1000), 2048), ((32, 64, 64, 10), 16)),
     "steps": (20, 2),
+    # transformer block (d, hidden, batch, seq) and MLP (sizes, batch) of the backward-pass rows
+    "block": ((1024, 4096, 8, 1024), (32, 64, 2, 16)),
+    "grad_mlp": (((4096, 8192, 8192, 4096), 4096), ((32, 64, 64, 10), 16)),
 }
 
 
@@ -264,6 +271,41 @@ def bench_training(dry: bool) -> list[list[Any]]:
     return out
 
 
+def bench_backward(dry: bool) -> list[list[Any]]:
+    """jax.grad against heddle.autodiff.grad (float32 and scaled contractions), jitted."""
+    from heddle import examples
+
+    rng = np.random.default_rng(6)
+    d, hidden, batch, seq = SIZES["block"][dry]
+    sizes, mlp_batch = SIZES["grad_mlp"][dry]
+    block_p = examples.init_block(rng, d, hidden)
+    mlp_p = examples.init_mlp(rng, sizes)
+    x_block = rng.standard_normal((batch, seq, d))
+    x_mlp = rng.standard_normal((mlp_batch, sizes[0]))
+    models = [
+        (f"transformer block d={d}, {batch} x {seq}", examples.block, block_p, x_block),
+        (f"MLP {'-'.join(map(str, sizes))}, batch {mlp_batch}", examples.mlp, mlp_p, x_mlp),
+    ]
+    out = []
+    for (name, model, p64, x64), dtype in itertools.product(models, (jnp.bfloat16, jnp.float16)):
+        params = {k: jnp.asarray(v, jnp.float32).astype(dtype) for k, v in p64.items()}
+        x = jnp.asarray(x64, jnp.float32).astype(dtype)
+
+        def loss(p, x, model=model):
+            y = model(hnp, p, x)
+            return hnp.mean(hnp.multiply(y, y))
+
+        theirs = jax.jit(jax.grad(loss))
+        ours = jax.jit(autodiff.grad(loss))
+        scaled = jax.jit(autodiff.grad(loss, contractions="scaled"))
+        base = lambda: theirs(params, x)
+        _, _, r_ours = _ratio(lambda: ours(params, x), base, dry)
+        t_scaled, t_theirs, r_scaled = _ratio(lambda: scaled(params, x), base, dry)
+        row = [f"{name}, {jnp.dtype(dtype).name}", f"{t_theirs * 1e3:.3g}"]
+        out.append([*row, f"{t_scaled * 1e3:.3g}", f"{r_ours:.3f}", f"**{r_scaled:.3f}**"])
+    return out
+
+
 def bench_contraction_matrix(dry: bool) -> list[str]:
     """The CPU matrix of ``bench_contractions.py`` on this device (dry: two cases, one round)."""
     import bench_contractions as C
@@ -324,6 +366,23 @@ def report(dry: bool) -> str:
         "## 5. Narrow contractions (the matrix of bench_contractions.py)",
         "",
         *bench_contraction_matrix(dry),
+        "",
+        "## 6. Backward pass: float32 cotangents, float32 or scaled backward contractions",
+        "",
+        table(
+            [
+                "model (heddle.numpy), dtype",
+                "jax.grad ms",
+                "scaled ms",
+                "float32 / jax.grad",
+                "scaled / jax.grad (target <= 1.05)",
+            ],
+            bench_backward(dry),
+        ),
+        "",
+        "Jitted gradients of the same forward pass: `jax.grad` (narrow cotangents, narrow "
+        "gradients), `heddle.autodiff.grad` (float32 cotangents and gradients) with "
+        '`contractions="float32"` (the default) and `contractions="scaled"`.',
     ]
     took = time.perf_counter() - start
     head = [

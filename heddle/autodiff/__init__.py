@@ -54,6 +54,13 @@ tangents follow the same rule as cotangents.
 ``jax.checkpoint`` is kept (re-applied around the evaluation, with the twins of its inputs passed in
 and those of its narrow results returned).
 
+Backward contractions: by default the two contractions that transpose a narrow contraction read
+its float32 cotangent (float32 matmuls). ``contractions="scaled"`` (``grad``, ``value_and_grad``,
+``vjp``, ``jacrev``) gives bfloat16 x bfloat16 and float16 x float16 contractions backward
+contractions at the narrow dtype's speed: each reads a copy of the float32 cotangent rounded to the
+operands' dtype (float16: scaled by a power of two into its range first, undone exactly after), and
+accumulates in float32; the cotangents themselves stay float32 (``_scaled``).
+
 Limits: ``custom_vjp`` functions, bit casts and the bodies of ``shard_map`` and ``pmap`` keep JAX's
 derivative (a narrow value they produce has a cotangent of its own dtype), and a function whose Python
 control flow depends on argument values is differentiated directly (gradients at the right dtypes,

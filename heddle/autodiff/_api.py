@@ -10,6 +10,7 @@ import jax
 import numpy as np
 from jax import lax
 
+from heddle.autodiff import _scaled
 from heddle.autodiff._leaves import Leaves, normalize_argnums
 from heddle.autodiff._twins import evaluate, is_narrow
 from heddle.policy._errors import message
@@ -21,11 +22,23 @@ _F32 = np.dtype("float32")
 class _Traced:
     """One call of the user's function as JAX sees it: widened inputs, widened main outputs."""
 
-    def __init__(self, fun: Callable[..., Any], leaves: Leaves, kwargs: dict, has_aux: bool):
+    def __init__(
+        self,
+        fun: Callable[..., Any],
+        leaves: Leaves,
+        kwargs: dict,
+        has_aux: bool,
+        contractions: str = "float32",
+    ):
         self.fun, self.leaves, self.kwargs, self.has_aux = fun, leaves, kwargs, has_aux
+        self.contractions = contractions
         self.out_dtypes: Any = None  # pytree of the main output's dtypes, set while tracing
 
     def __call__(self, *wide_args: Any) -> Any:
+        with _scaled.mode(self.contractions):
+            return self._call(*wide_args)
+
+    def _call(self, *wide_args: Any) -> Any:
         dynamic, twins, _, place = self.leaves.rebuild(wide_args)
         flat, twin_of, tree = evaluate(
             lambda *xs: self.fun(*place(xs), **self.kwargs), dynamic, twins
@@ -62,23 +75,39 @@ class _Traced:
         )
 
 
-def _setup(fun, args, kwargs, argnums, has_aux, name):
+def _check_contractions(contractions: str, name: str) -> str:
+    if contractions not in _scaled.MODES:
+        raise ValueError(
+            message(
+                f"{name}(..., contractions={contractions!r})",
+                f"contractions must be one of {', '.join(map(repr, _scaled.MODES))}",
+                'Pass contractions="float32" (every backward contraction reads float32 '
+                'cotangents, the default) or contractions="scaled" (bfloat16/float16 backward '
+                "contractions at the narrow dtype's speed, the cotangent scaled into its range).",
+            )
+        )
+    return contractions
+
+
+def _setup(fun, args, kwargs, argnums, has_aux, name, contractions="float32"):
     nums = normalize_argnums(argnums, len(args), name)
     leaves = Leaves(args, nums)
-    return _Traced(fun, leaves, kwargs, has_aux), leaves
+    return _Traced(fun, leaves, kwargs, has_aux, contractions), leaves
 
 
 def _jax_argnums(argnums: int | Sequence[int], nums: tuple[int, ...]) -> int | tuple[int, ...]:
     return nums[0] if isinstance(argnums, int) else nums
 
 
-def _apply(transform, name, fun, argnums, has_aux, holomorphic, args, kwargs):
+def _apply(
+    transform, name, fun, argnums, has_aux, holomorphic, args, kwargs, contractions="float32"
+):
     """Applies the JAX transform of ``fun`` to the widened ``args``.
 
     Returns ``(traced, leaves, jargnums, result)``: the traced call (its ``out_dtypes`` set), the
     arguments' leaves, the argnums JAX differentiated and what the transformed function returned.
     """
-    traced, leaves = _setup(fun, args, kwargs, argnums, has_aux, name)
+    traced, leaves = _setup(fun, args, kwargs, argnums, has_aux, name, contractions)
     jargnums = _jax_argnums(argnums, leaves.argnums)
     res = transform(traced, argnums=jargnums, has_aux=has_aux, holomorphic=holomorphic)(
         *leaves.wide_args
@@ -92,6 +121,8 @@ def value_and_grad(
     has_aux: bool = False,
     holomorphic: bool = False,
     allow_int: bool = False,
+    *,
+    contractions: str = "float32",
 ) -> Callable[..., tuple[Any, Any]]:
     """``jax.value_and_grad`` with gradients at ``grad_dtype`` of each leaf (POLICY.md 7).
 
@@ -107,6 +138,14 @@ def value_and_grad(
       holomorphic: as ``jax.value_and_grad``.
       allow_int: accepted for signature compatibility; integer leaves always get zero float32
         gradients.
+      contractions: ``"float32"`` (default): the two contractions that transpose each narrow
+        contraction read its float32 cotangent. ``"scaled"``: where both operands are bfloat16 or
+        both float16, they read a copy of it rounded to that dtype (float16: first multiplied by
+        a power of two that puts its largest magnitude in ``[2**14, 2**15)``, undone exactly on
+        the float32 result), so they run at the narrow dtype's speed (tensor cores) with float32
+        accumulation; the cotangent itself stays float32 and never underflows, its precision
+        inside those contractions is the narrow dtype's. Reverse mode only (not under
+        ``jax.jvp``/``jacfwd``). See docs/autodiff.md.
 
     Returns:
       A function returning ``(value, grads)`` or ``((value, aux), grads)``.
@@ -114,6 +153,7 @@ def value_and_grad(
     Raises:
       TypeError: ``argnums`` is not an int or a sequence of ints, or names a missing argument; and
         whatever ``jax.value_and_grad`` raises for the function (non-scalar output, ...).
+      ValueError: ``contractions`` is not ``"float32"`` or ``"scaled"``.
 
     Examples:
       >>> import jax.numpy as jnp
@@ -124,11 +164,20 @@ def value_and_grad(
       (dtype(bfloat16), dtype('float32'))
     """
     del allow_int
+    _check_contractions(contractions, "value_and_grad")
 
     @functools.wraps(fun)
     def wrapped(*args: Any, **kwargs: Any) -> tuple[Any, Any]:
         traced, _, _, (value, grads) = _apply(
-            jax.value_and_grad, "value_and_grad", fun, argnums, has_aux, holomorphic, args, kwargs
+            jax.value_and_grad,
+            "value_and_grad",
+            fun,
+            argnums,
+            has_aux,
+            holomorphic,
+            args,
+            kwargs,
+            contractions,
         )
         if has_aux:
             value, aux = value
@@ -144,6 +193,8 @@ def grad(
     has_aux: bool = False,
     holomorphic: bool = False,
     allow_int: bool = False,
+    *,
+    contractions: str = "float32",
 ) -> Callable[..., Any]:
     """``jax.grad`` with gradients at ``grad_dtype`` of each leaf (POLICY.md 7).
 
@@ -156,12 +207,14 @@ def grad(
       holomorphic: as ``jax.grad``.
       allow_int: accepted for signature compatibility; integer leaves always get zero float32
         gradients.
+      contractions: ``"float32"`` or ``"scaled"``, as ``value_and_grad``.
 
     Returns:
       A function returning the gradients (and aux).
 
     Raises:
       TypeError: as ``value_and_grad``.
+      ValueError: as ``value_and_grad``.
 
     Examples:
       >>> import jax.numpy as jnp
@@ -171,7 +224,7 @@ def grad(
       >>> g["w"].dtype, g["step"].dtype, g["step"].item()
       (dtype('float32'), dtype('float32'), 0.0)
     """
-    vg = value_and_grad(fun, argnums, has_aux, holomorphic, allow_int)
+    vg = value_and_grad(fun, argnums, has_aux, holomorphic, allow_int, contractions=contractions)
 
     @functools.wraps(fun)
     def wrapped(*args: Any, **kwargs: Any) -> Any:
@@ -181,13 +234,16 @@ def grad(
     return wrapped
 
 
-def vjp(fun: Callable[..., Any], *primals: Any, has_aux: bool = False) -> tuple[Any, ...]:
+def vjp(
+    fun: Callable[..., Any], *primals: Any, has_aux: bool = False, contractions: str = "float32"
+) -> tuple[Any, ...]:
     """``jax.vjp`` with cotangents at ``grad_dtype`` of each primal leaf (POLICY.md 7).
 
     Args:
       fun: the function.
       *primals: its arguments; all are differentiated.
       has_aux: ``fun`` returns ``(out, aux)``.
+      contractions: ``"float32"`` or ``"scaled"``, as ``value_and_grad``.
 
     Returns:
       ``(out, pullback)`` or ``(out, pullback, aux)``. ``out`` is bit for bit what ``fun`` returns.
@@ -198,6 +254,7 @@ def vjp(fun: Callable[..., Any], *primals: Any, has_aux: bool = False) -> tuple[
 
     Raises:
       TypeError: whatever ``jax.vjp`` raises for the function or the cotangent.
+      ValueError: as ``value_and_grad``.
 
     Examples:
       >>> import jax.numpy as jnp
@@ -208,7 +265,10 @@ def vjp(fun: Callable[..., Any], *primals: Any, has_aux: bool = False) -> tuple[
       >>> out.dtype, ct.dtype, ct.tolist()
       (dtype(bfloat16), dtype('float32'), [0.0, 2.0, 4.0])
     """
-    traced, leaves = _setup(fun, primals, {}, tuple(range(len(primals))), has_aux, "vjp")
+    _check_contractions(contractions, "vjp")
+    traced, leaves = _setup(
+        fun, primals, {}, tuple(range(len(primals))), has_aux, "vjp", contractions
+    )
     res = jax.vjp(traced, *leaves.wide_args, has_aux=has_aux)
     out, pull = res[0], res[1]
 
@@ -247,11 +307,21 @@ def _grad_of(d: np.dtype) -> np.dtype:
     return _F32 if is_narrow(d) or np.dtype(d).kind in "biu" else np.dtype(d)
 
 
-def _jac(transform: Callable[..., Any], name: str, fun, argnums, has_aux, holomorphic):
+def _jac(
+    transform: Callable[..., Any],
+    name: str,
+    fun,
+    argnums,
+    has_aux,
+    holomorphic,
+    contractions: str = "float32",
+):
+    _check_contractions(contractions, name)
+
     @functools.wraps(fun)
     def wrapped(*args: Any, **kwargs: Any) -> Any:
         traced, leaves, jargnums, res = _apply(
-            transform, name, fun, argnums, has_aux, holomorphic, args, kwargs
+            transform, name, fun, argnums, has_aux, holomorphic, args, kwargs, contractions
         )
         jac, aux = res if has_aux else (res, None)
         if isinstance(jargnums, int):
@@ -303,6 +373,8 @@ def jacrev(
     has_aux: bool = False,
     holomorphic: bool = False,
     allow_int: bool = False,
+    *,
+    contractions: str = "float32",
 ) -> Callable[..., Any]:
     """``jax.jacrev`` under POLICY.md 7: cotangents never narrower than float32.
 
@@ -312,12 +384,14 @@ def jacrev(
       has_aux: ``fun`` returns ``(out, aux)``; the result is then ``(jacobian, aux)``.
       holomorphic: as ``jax.jacrev``.
       allow_int: accepted for signature compatibility; integer leaves get zero float32 blocks.
+      contractions: ``"float32"`` or ``"scaled"``, as ``value_and_grad``.
 
     Returns:
       A function returning the Jacobian; block dtypes as ``jacfwd``.
 
     Raises:
       TypeError: as ``value_and_grad``.
+      ValueError: as ``value_and_grad``.
 
     Examples:
       >>> import jax.numpy as jnp
@@ -327,7 +401,7 @@ def jacrev(
       (dtype('float32'), [[0.0, 0.0], [0.0, 2.0]])
     """
     del allow_int
-    return _jac(jax.jacrev, "jacrev", fun, argnums, has_aux, holomorphic)
+    return _jac(jax.jacrev, "jacrev", fun, argnums, has_aux, holomorphic, contractions)
 
 
 jacobian = jacrev

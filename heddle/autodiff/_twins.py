@@ -44,6 +44,7 @@ from jax import lax
 from jax.custom_derivatives import SymbolicZero
 from jax.extend import core as jex_core
 
+from heddle.autodiff import _scaled
 from heddle.autodiff._rules import contract, like
 from heddle.autodiff._widen import is_narrow, widen_bind
 from heddle.programs._frame import Frame, Once, dtype_of
@@ -128,6 +129,13 @@ def _dot(frame: Frame, eqn: Any) -> bool:
     def twin(a: Any, d: np.dtype) -> Any:
         return frame.twin(a) if is_narrow(d) else frame.read(a)
 
+    p = eqn.params
+    if _scaled.active() and _scaled.applies(dl, dr) and out_dtype == _F32:
+        f = _scaled.contraction(p["dimension_numbers"], p["precision"], p.get("out_sharding"))
+        frame.write(
+            eqn.outvars[0], f(frame.read(lhs), frame.read(rhs), twin(lhs, dl), twin(rhs, dr))
+        )
+        return True
     frame.write(
         eqn.outvars[0],
         contract(frame.read(lhs), frame.read(rhs), twin(lhs, dl), twin(rhs, dr), **eqn.params),
@@ -237,9 +245,11 @@ def _derived_twin(frame: Frame, eqn: Any) -> None:
     ins = [frame.value_ref(a) for a in eqn.invars]
     narrow = [frame.value_ref(v) for _, v in outs]
 
+    scaled = _scaled.active()  # read now: a lazy twin may be made after the evaluation
+
     def made() -> dict[Any, Any]:
         return _wide_twins(
-            eqn, outs, [w() for w in wide], [x() for x in ins], [n() for n in narrow]
+            eqn, outs, [w() for w in wide], [x() for x in ins], [n() for n in narrow], scaled
         )
 
     twins = Once(made, wide)  # one evaluation for all the outputs' twins
@@ -258,12 +268,24 @@ def _is_narrow_atom(a: Any) -> bool:
 
 
 def _wide_twins(
-    eqn: Any, outs: list[tuple[int, Any]], wide: list[Any], ins: list[Any], narrow: list[Any]
+    eqn: Any,
+    outs: list[tuple[int, Any]],
+    wide: list[Any],
+    ins: list[Any],
+    narrow: list[Any],
+    scaled: bool = False,
 ) -> dict[Any, Any]:
     """The twins of ``eqn``'s narrow results ``outs`` (values ``narrow``), computed from its
-    operands' twins (``wide``; ``ins`` the operands themselves)."""
+    operands' twins (``wide``; ``ins`` the operands themselves); ``scaled``: a contraction's
+    backward contractions read its cotangent narrowed (``_scaled``)."""
     floats = [i for i, a in enumerate(eqn.invars) if _is_float_atom(a)]
     picks = [k for k, _ in outs]
+    dot = has(eqn.primitive.name, Fact.DOT) and len(floats) == 2
+    if dot and scaled and _scaled.applies(*(dtype_of(a) for a in eqn.invars)):
+        p = eqn.params
+        f = _scaled.narrow_result(p["dimension_numbers"], p["precision"], _exactly)
+        ((_, v),) = outs
+        return {v: f(narrow[0], *wide, *ins)}
 
     def widened(base: list[Any], *xs: Any) -> list[Any]:
         """The equation at float32 on ``xs``, its other operands (indices, predicates) from
@@ -275,7 +297,7 @@ def _wide_twins(
         res = widen_bind(eqn, args)
         return [lax.convert_element_type(res[k], _F32) for k in picks]
 
-    if has(eqn.primitive.name, Fact.DOT) and len(floats) == 2:
+    if dot:
         tangent = _dot_tangent(eqn.params)
     else:
 

@@ -54,6 +54,7 @@ def backward_scaled(
     *,
     argnums: int | Sequence[int] = 0,
     has_aux: bool = False,
+    contractions: str = "float32",
 ) -> Callable[..., tuple[Any, Any, jax.Array]]:
     """The gradient of ``scale * fun``, unscaled, with a flag saying whether it is finite.
 
@@ -68,6 +69,8 @@ def backward_scaled(
         ``NoLossScale``, a positive number or a scalar array.
       argnums: the arguments to differentiate, as ``jax.grad``.
       has_aux: ``fun`` returns ``(loss, aux)``.
+      contractions: ``"float32"`` (default) or ``"scaled"``, the backward contractions of
+        ``heddle.autodiff.value_and_grad``.
 
     Returns:
       A function with ``fun``'s arguments returning ``(value, grads, finite)``, or
@@ -77,7 +80,8 @@ def backward_scaled(
     Raises:
       TypeError: ``scale`` is not a number, scalar array or loss-scale state (an array of several
         scales included).
-      ValueError: a concrete ``scale`` is not a positive finite number that float32 holds.
+      ValueError: a concrete ``scale`` is not a positive finite number that float32 holds, or
+        ``contractions`` is not one of heddle.autodiff's.
 
     Examples:
       >>> import jax.numpy as jnp
@@ -88,6 +92,9 @@ def backward_scaled(
       (dtype('float32'), True)
     """
     _scale_value(scale)  # refuse a bad scale at construction
+    vg = autodiff.value_and_grad  # refuses a bad ``contractions`` at construction too
+    grad_of = lambda f: vg(f, argnums=argnums, has_aux=True, contractions=contractions)
+    grad_of(fun)
 
     @functools.wraps(fun)
     def wrapped(*args: Any, **kwargs: Any) -> tuple[Any, Any, jax.Array]:
@@ -101,9 +108,7 @@ def backward_scaled(
             scaled_loss = lax.convert_element_type(loss, wide) * lax.convert_element_type(s, wide)
             return scaled_loss, (loss, aux)
 
-        (_, (value, aux)), grads = autodiff.value_and_grad(scaled, argnums=argnums, has_aux=True)(
-            *args, **kwargs
-        )
+        (_, (value, aux)), grads = grad_of(scaled)(*args, **kwargs)
         grads = jax.tree.map(lambda g: _unscale(g, s), grads)
         finite = grads_finite(grads)
         return ((value, aux) if has_aux else value), grads, finite

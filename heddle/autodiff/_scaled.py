@@ -1,0 +1,222 @@
+"""Backward contractions at the operands' narrow speed, with float32 cotangents: ``"scaled"``.
+
+heddle.autodiff keeps every cotangent of a narrow value in float32 (POLICY.md 7), so by default the
+two contractions that transpose a narrow ``dot_general`` (``dA = dC . B^T``, ``dB = A^T . dC``) read
+float32 operands: float32 matmuls, where tensor cores run bfloat16 and float16 at many times the
+rate. With ``contractions="scaled"`` each transposing contraction instead reads a narrow copy of the
+float32 cotangent, made for that contraction alone and never stored as the cotangent:
+
+- bfloat16 operands: the cotangent rounded to bfloat16. bfloat16 has float32's exponent range, so
+  no value float32 holds as a normal number underflows; each element keeps 8 significant bits.
+- float16 operands: the cotangent times ``2**k``, rounded to float16, where ``k`` puts the largest
+  magnitude of the cotangent in ``[2**14, 2**15)`` (a power of two: the scaling is exact). The
+  contraction's float32 result is multiplied by ``2**-k`` (exact again). So the cotangent is in
+  float16's range whatever its magnitude (no underflow of a cotangent of 1e-10, no overflow of one
+  of 1e6); elements more than ``2**29`` below the largest lose bits as float16 subnormals, and
+  those more than ``2**39`` below it are zero.
+
+Both contractions accumulate in float32 (``preferred_element_type``) and their results are the
+float32 cotangents of the operands, summed with the operands' other cotangents in float32 as in the
+default. What is given up against the default is the cotangent's precision inside the contraction
+(8 or 11 significant bits instead of 24), never its range; against ``jax.grad``, nothing: JAX
+rounds the same cotangent to the narrow dtype without a scale, and rounds the results too.
+
+Contractions whose operands are not both bfloat16 or both float16 (float8, mixed dtypes) keep the
+default rule. The rule is a ``jax.custom_vjp``: reverse mode only (``grad``, ``value_and_grad``,
+``vjp``, ``jacrev``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+from jax.custom_derivatives import SymbolicZero
+
+_F32 = np.dtype("float32")
+SCALED_DTYPES = frozenset(np.dtype(d) for d in (jnp.bfloat16, jnp.float16))
+"""Operand dtypes whose backward contractions ``"scaled"`` runs narrow."""
+
+MODES = ("float32", "scaled")
+"""The values of heddle.autodiff's ``contractions`` argument."""
+
+_MODE: ContextVar[str] = ContextVar("heddle_autodiff_contractions", default="float32")
+
+
+@contextlib.contextmanager
+def mode(contractions: str) -> Iterator[None]:
+    """Evaluates with ``contractions`` (one of ``MODES``) as the backward contractions' rule."""
+    token = _MODE.set(contractions)
+    try:
+        yield
+    finally:
+        _MODE.reset(token)
+
+
+def active() -> bool:
+    """Whether the evaluation in progress runs its backward contractions scaled."""
+    return _MODE.get() == "scaled"
+
+
+def applies(lhs_dtype: Any, rhs_dtype: Any) -> bool:
+    """Whether a contraction of these operand dtypes runs its backward pass narrow when scaled."""
+    d = np.dtype(lhs_dtype)
+    return d == np.dtype(rhs_dtype) and d in SCALED_DTYPES
+
+
+def _pow2(k: jax.Array) -> jax.Array:
+    """``2.0**k`` as float32, exactly, for integer ``k`` in [-126, 127] (its bit pattern)."""
+    return lax.bitcast_convert_type((k + 127) << 23, jnp.float32)
+
+
+def narrowed(ct: jax.Array, d: np.dtype) -> tuple[jax.Array, jax.Array | None]:
+    """``ct`` (float32) as the narrow dtype ``d`` for one contraction, and the power of two its
+    result is multiplied by (None: no scale)."""
+    if jnp.finfo(d).maxexp >= jnp.finfo(_F32).maxexp:  # bfloat16: float32's range
+        return ct.astype(d), None
+    amax = jnp.max(jnp.abs(ct))
+    _, e = jnp.frexp(amax)  # amax = m * 2**e, m in [0.5, 1)
+    top = jnp.finfo(d).maxexp - 1  # float16: 2**15 <= its largest finite value
+    k = jnp.where(jnp.isfinite(amax), jnp.clip(top - e, -126, 126), 0).astype(jnp.int32)
+    return (ct * _pow2(k)).astype(d), _pow2(-k)
+
+
+def _kept(ndim: int, contract: Any, batch: Any) -> list[int]:
+    return [i for i in range(ndim) if i not in contract and i not in batch]
+
+
+def _size(shape: Any, axes: Any) -> int:
+    return int(np.prod([shape[i] for i in axes], dtype=np.int64))
+
+
+def _matmul(a: jax.Array, b: jax.Array, precision: Any) -> jax.Array:
+    """``a @ b`` of ``(B, M, K)`` and ``(B, K, N)`` arrays, accumulated in float32 (the layout every
+    backend's narrow kernels take; XLA folds the operands' transposes into the dot)."""
+    if a.shape[0] == 1:
+        dims: Any = (((1,), (0,)), ((), ()))
+        return lax.dot_general(a[0], b[0], dims, precision, preferred_element_type=_F32)[None]
+    dims = (((2,), (1,)), ((0,), (0,)))
+    return lax.dot_general(a, b, dims, precision, preferred_element_type=_F32)
+
+
+def _transposed(ct: jax.Array, other: jax.Array, dims: Any, side: int, precision: Any) -> jax.Array:
+    """The float32 cotangent of operand ``side`` (0: lhs, 1: rhs) of a ``dot_general`` with
+    dimension numbers ``dims`` for ``ct`` (axes: batch, lhs free, rhs free), ``other`` the other
+    operand: ``ct`` contracted with ``other`` over its free axes, accumulated in float32, as a
+    batched matmul whose result is put back in the operand's shape and axis order (JAX's
+    transpose rule)."""
+    (lc, rc), (lb, rb) = dims if side == 0 else ((dims[0][1], dims[0][0]), (dims[1][1], dims[1][0]))
+    # from here on "l" is the operand whose cotangent this is, "r" the other
+    r_kept = _kept(other.ndim, rc, rb)
+    nb = len(lb)
+    n_kept = ct.ndim - nb - len(r_kept)
+    ndim = nb + n_kept + len(lc)
+    l_kept = _kept(ndim, lc, lb)
+    shape = [0] * ndim
+    for j, i in enumerate(lb):
+        shape[i] = ct.shape[j]
+    for j, i in enumerate(l_kept):
+        shape[i] = ct.shape[(nb + j) if side == 0 else (nb + len(r_kept) + j)]
+    for j, i in enumerate(lc):
+        shape[i] = other.shape[rc[j]]
+    b, m = _size(shape, lb), _size(shape, l_kept)
+    n, k = _size(other.shape, r_kept), _size(shape, lc)
+    if side == 0:  # ct (B, M, N) @ rhs^T (B, N, K)
+        theirs = lax.transpose(other, (*rb, *r_kept, *rc)).reshape(b, n, k)
+        out, order = _matmul(ct.reshape(b, m, n), theirs, precision), [*lb, *l_kept, *lc]
+    else:  # lhs^T (B, K, N) @ ct (B, N, M): ct's axes are batch, lhs free (N), rhs free (M)
+        theirs = lax.transpose(other, (*rb, *rc, *r_kept)).reshape(b, k, n)
+        out, order = _matmul(theirs, ct.reshape(b, n, m), precision), [*lb, *lc, *l_kept]
+    out = out.reshape([shape[i] for i in order])
+    return lax.transpose(out, tuple(int(i) for i in np.argsort(order)))
+
+
+def transposes(
+    ct: jax.Array, lhs: jax.Array | None, rhs: jax.Array | None, dims: Any, precision: Any
+) -> tuple[jax.Array | None, jax.Array | None]:
+    """The float32 cotangents of the two operands (both of one narrow dtype) for the float32
+    cotangent ``ct`` of ``dot_general(lhs, rhs, dims, preferred_element_type=float32)``, each
+    contraction reading ``ct`` narrowed (``narrowed``). An operand given as None is not needed:
+    the other's cotangent is not computed (None)."""
+    known = lhs if lhs is not None else rhs
+    if known is None:
+        return None, None
+    narrow, unscale = narrowed(ct, np.dtype(known.dtype))
+    d_lhs = d_rhs = None
+    if rhs is not None:
+        d_lhs = _transposed(narrow, rhs, dims, 0, precision)
+    if lhs is not None:
+        d_rhs = _transposed(narrow, lhs, dims, 1, precision)
+    if unscale is not None:
+        d_lhs = None if d_lhs is None else d_lhs * unscale
+        d_rhs = None if d_rhs is None else d_rhs * unscale
+    return d_lhs, d_rhs
+
+
+@functools.cache
+def contraction(dims: Any, precision: Any, out_sharding: Any) -> Any:
+    """``f(lhs, rhs, lhs32, rhs32)``: ``dot_general(lhs, rhs)`` with a float32 result, whose
+    cotangent reaches the float32 twins ``lhs32``/``rhs32`` through ``transposes``."""
+    kw = dict(
+        dimension_numbers=dims,
+        precision=precision,
+        preferred_element_type=_F32,
+        out_sharding=out_sharding,
+    )
+
+    @jax.custom_vjp
+    def f(lhs: Any, rhs: Any, lhs32: Any, rhs32: Any) -> Any:
+        del lhs32, rhs32
+        return lax.dot_general(lhs, rhs, **kw)
+
+    def fwd(lhs: Any, rhs: Any, lhs32: Any, rhs32: Any) -> tuple[Any, Any]:
+        out = lax.dot_general(lhs.value, rhs.value, **kw)
+        return out, _residuals(lhs.value, rhs.value, lhs32.perturbed, rhs32.perturbed)
+
+    def bwd(res: Any, ct: Any) -> tuple[Any, ...]:
+        return None, None, *_pullback(res, ct, dims, precision)
+
+    f.defvjp(fwd, bwd, symbolic_zeros=True)
+    return f
+
+
+def _residuals(lhs: Any, rhs: Any, want_lhs: bool, want_rhs: bool) -> tuple[Any, Any]:
+    """What the backward pass keeps: each operand only where the other's cotangent is wanted."""
+    return (lhs if want_rhs else None), (rhs if want_lhs else None)
+
+
+def _pullback(res: Any, ct: Any, dims: Any, precision: Any) -> tuple[Any, Any]:
+    """The float32 cotangents of the twins (None where not wanted, or where ``ct`` is zero)."""
+    lhs, rhs = res
+    if isinstance(ct, SymbolicZero):
+        return None, None
+    return transposes(ct, lhs, rhs, dims, precision)
+
+
+@functools.cache
+def narrow_result(dims: Any, precision: Any, exactly: Callable[[Any], Any]) -> Any:
+    """``f(out, lhs32, rhs32, lhs, rhs)``: ``exactly(out)``, the float32 twin of ``out``, the narrow
+    result of ``dot_general(lhs, rhs, dims)``; its cotangent reaches the float32 twins
+    ``lhs32``/``rhs32`` through ``transposes``."""
+
+    @jax.custom_vjp
+    def f(out: Any, lhs32: Any, rhs32: Any, lhs: Any, rhs: Any) -> Any:
+        del lhs32, rhs32, lhs, rhs
+        return exactly(out)
+
+    def fwd(out: Any, lhs32: Any, rhs32: Any, lhs: Any, rhs: Any) -> tuple[Any, Any]:
+        res = _residuals(lhs.value, rhs.value, lhs32.perturbed, rhs32.perturbed)
+        return exactly(out.value), res
+
+    def bwd(res: Any, ct: Any) -> tuple[Any, ...]:
+        return None, *_pullback(res, ct, dims, precision), None, None
+
+    f.defvjp(fwd, bwd, symbolic_zeros=True)
+    return f

@@ -1,0 +1,313 @@
+"""``contractions="scaled"``: backward contractions on narrow operands, cotangents still float32.
+
+References: exact integer arithmetic (inputs whose every product and sum float32 holds exactly, so
+the float32-accumulated contraction has one right answer), float64, the float32 model, and the
+jaxpr (which dtypes each backward contraction reads).
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import heddle
+import heddle.numpy as hnp
+from heddle import autodiff, examples
+from heddle.autodiff import _scaled
+
+F16, BF16, F32 = jnp.float16, jnp.bfloat16, jnp.float32
+NARROW = [F16, BF16]
+
+# Contractions as einsum specs: plain matmuls, transposed operands, batch dimensions in and out of
+# front, several contracting dimensions in either order, vectors, a full contraction.
+SPECS = [
+    "ij,jk->ik",
+    "ij,kj->ik",
+    "ji,jk->ik",
+    "bij,bjk->bik",
+    "bqd,bkd->bqk",
+    "ibj,bjk->bik",
+    "ijk,kj->i",
+    "abc,cbd->ad",
+    "bij,jb->bi",
+    "i,i->",
+    "ij,j->i",
+    "abcd,adce->abe",
+]
+
+
+def _dims(spec, a, b):
+    """The dot_general dimension numbers jnp.einsum gives ``spec`` (and its operand shapes)."""
+    f = lambda x, y: jnp.einsum(spec, x, y, preferred_element_type=F32)
+    eqn = next(e for e in jax.make_jaxpr(f)(a, b).jaxpr.eqns if e.primitive.name == "dot_general")
+    return eqn.params["dimension_numbers"], eqn.invars[0].aval.shape, eqn.invars[1].aval.shape
+
+
+def _ints(rng, shape, dtype):
+    return jnp.asarray(rng.integers(-8, 9, shape), dtype)
+
+
+@pytest.mark.parametrize("dtype", NARROW, ids=["f16", "bf16"])
+@pytest.mark.parametrize("spec", SPECS)
+def test_transposes_are_the_exact_cotangents(spec, dtype, transform):
+    """Both transposing contractions of every layout against integer arithmetic: small integers
+    (exact in both formats) times 2**-40, a cotangent float16 flushes to zero unscaled."""
+    rng = np.random.default_rng(0)
+    ins, _ = spec.split("->")
+    sizes = {c: int(rng.integers(2, 5)) for c in set(ins) - {","}}
+    a_s, b_s = ins.split(",")
+    a0 = jnp.zeros([sizes[c] for c in a_s], dtype)
+    b0 = jnp.zeros([sizes[c] for c in b_s], dtype)
+    dims, sa, sb = _dims(spec, a0, b0)
+    lhs, rhs = _ints(rng, sa, dtype), _ints(rng, sb, dtype)
+    out_shape = jax.eval_shape(
+        lambda x, y: jax.lax.dot_general(x, y, dims, preferred_element_type=F32), lhs, rhs
+    ).shape
+    ct_int = rng.integers(-8, 9, out_shape)
+    ct = jnp.asarray(ct_int * 2.0**-40, F32)
+    d_lhs, d_rhs = transform(lambda c, a, b: _scaled.transposes(c, a, b, dims, None))(ct, lhs, rhs)
+
+    # the reference: JAX's transposes of the same contraction in int64, times 2**-40
+    f = lambda x, y: jax.lax.dot_general(x, y, dims)
+    with jax.enable_x64(True):
+        li, ri = (jnp.asarray(np.asarray(v, np.float64).astype(np.int64)) for v in (lhs, rhs))
+        _, pull = jax.vjp(f, li.astype(jnp.float64), ri.astype(jnp.float64))
+        ref_l, ref_r = pull(jnp.asarray(ct_int, jnp.float64))
+        ref_l, ref_r = np.asarray(ref_l) * 2.0**-40, np.asarray(ref_r) * 2.0**-40
+    assert d_lhs.dtype == d_rhs.dtype == F32
+    np.testing.assert_array_equal(np.asarray(d_lhs, np.float64), ref_l)
+    np.testing.assert_array_equal(np.asarray(d_rhs, np.float64), ref_r)
+    assert np.abs(ref_l).max() > 0 and np.abs(ref_r).max() > 0  # the check can fail
+
+
+@pytest.mark.parametrize(
+    "magnitude,dtype",
+    [(2.0**-60, F16), (2.0**40, F16), (2.0**-120, BF16), (2.0**100, BF16), (1.0, F16)],
+)
+def test_cotangents_out_of_the_narrow_range_keep_their_values(magnitude, dtype):
+    """A cotangent float16 cannot hold (2**-60 underflows, 2**40 overflows) or near bfloat16's
+    ends: the scale moves it into range and back exactly; the narrowing only rounds significands
+    (here none: the cotangent is 3 * magnitude, exact in both formats)."""
+    lhs = jnp.asarray([[1.0, 2.0], [3.0, -4.0]], dtype)
+    rhs = jnp.asarray([[0.5, -1.0], [2.0, 0.25]], dtype)
+    dims = (((1,), (0,)), ((), ()))
+    ct = jnp.full((2, 2), 3.0 * magnitude, F32)
+    d_lhs, d_rhs = _scaled.transposes(ct, lhs, rhs, dims, None)
+    ref_l = 3.0 * magnitude * np.asarray(rhs, np.float64).sum(axis=1)[None, :].repeat(2, 0)
+    ref_r = 3.0 * magnitude * np.asarray(lhs, np.float64).sum(axis=0)[:, None].repeat(2, 1)
+    np.testing.assert_allclose(np.asarray(d_lhs, np.float64), ref_l, rtol=1e-7)
+    np.testing.assert_allclose(np.asarray(d_rhs, np.float64), ref_r, rtol=1e-7)
+
+
+def test_a_nonfinite_cotangent_is_not_finite_in_the_result():
+    """inf and NaN reach the cotangents they touch (a skipped loss-scaling step sees them)."""
+    lhs = jnp.ones((2, 2), F16)
+    dims = (((1,), (0,)), ((), ()))
+    for bad in (np.inf, np.nan):
+        ct = jnp.asarray([[1.0, bad], [1.0, 1.0]], F32)
+        d_lhs, d_rhs = _scaled.transposes(ct, lhs, lhs, dims, None)
+        assert not np.isfinite(np.asarray(d_lhs)[0]).any()
+        assert np.isfinite(np.asarray(d_lhs)[1]).all()
+        assert not np.isfinite(np.asarray(d_rhs)[:, 1]).any()
+
+
+def _small_loss(xp):
+    def loss(p, x):  # the loss of issue 24: h's cotangent is 2.4e-10
+        h = xp.matmul(x, p["w"].astype(x.dtype))
+        return xp.mean(h.astype(F32)) * 1e-6
+
+    return loss
+
+
+@pytest.mark.parametrize("dtype", NARROW, ids=["f16", "bf16"])
+@pytest.mark.parametrize("how", ["jnp", "hnp", "autocast"])
+def test_the_issue_example_gives_1e_9_with_narrow_contractions(dtype, how, transform):
+    x = jnp.full((4096, 256), 1e-3, dtype)
+    p = {"w": jnp.full((256, 1), 0.01, F32)}
+    exact = float(np.asarray(x[0, 0], np.float64)) * 1e-6
+    loss = _small_loss(hnp if how == "hnp" else jnp)
+    if how == "autocast":
+        loss = heddle.autocast(loss)
+    g = transform(autodiff.grad(loss, contractions="scaled"))(p, x)
+    assert g["w"].dtype == F32
+    np.testing.assert_allclose(np.asarray(g["w"], np.float64), exact, rtol=0.01)
+
+
+def _mlp_case():
+    rng = np.random.default_rng(0)
+    sizes = (32, 64, 64, 8)
+    params = {}
+    for i, (m, n) in enumerate(itertools.pairwise(sizes)):
+        params[f"w{i}"] = jnp.asarray(rng.standard_normal((m, n)) / np.sqrt(m), F32)
+        params[f"b{i}"] = jnp.asarray(rng.standard_normal(n) * 0.1, F32)
+    x = jnp.asarray(rng.standard_normal((256, 32)), F32)
+    y = jnp.asarray(rng.standard_normal((256, 8)), F32)
+    return params, x, y
+
+
+def _mlp_loss(xp, dtype, scale=1e-7):
+    def loss(params, x, y):
+        h = x.astype(dtype)
+        for i in range(3):
+            h = xp.matmul(h, params[f"w{i}"].astype(dtype)) + params[f"b{i}"].astype(dtype)
+            if i < 2:
+                h = xp.tanh(h)
+        return xp.mean((h.astype(F32) - y) ** 2) * scale
+
+    return loss
+
+
+def _rel(g, ref, k):
+    diff = np.abs(np.asarray(g[k], np.float64) - np.asarray(ref[k], np.float64))
+    return float(diff.max() / np.abs(np.asarray(ref[k], np.float64)).max())
+
+
+@pytest.mark.parametrize("dtype", NARROW, ids=["f16", "bf16"])
+def test_three_layer_mlp_with_loss_scale_1e_7(dtype, transform):
+    """Every layer within 1% of the float32 model's gradient, as with float32 contractions (JAX's
+    float16 gradient is all zeros here)."""
+    params, x, y = _mlp_case()
+    ref = jax.grad(_mlp_loss(jnp, F32))(params, x, y)
+    for xp, wrap in ((jnp, lambda f: f), (jnp, heddle.autocast), (hnp, lambda f: f)):
+        grad = autodiff.grad(wrap(_mlp_loss(xp, dtype)), contractions="scaled")
+        g = transform(grad)(params, x, y)
+        for k in ref:
+            assert g[k].dtype == F32
+            assert _rel(g, ref, k) <= 0.01, (k, _rel(g, ref, k))
+
+
+def _dot_operands(closed):
+    """The operand dtypes of every dot_general of a jaxpr, bodies included."""
+    found = []
+
+    def walk(jaxpr):
+        for e in jaxpr.eqns:
+            if e.primitive.name == "dot_general":
+                found.append(tuple(np.dtype(v.aval.dtype) for v in e.invars))
+            for p in e.params.values():
+                for q in p if isinstance(p, list | tuple) else [p]:
+                    inner = getattr(q, "jaxpr", q)
+                    if hasattr(inner, "eqns"):
+                        walk(inner)
+
+    walk(closed.jaxpr)
+    return found
+
+
+@pytest.mark.parametrize("dtype", NARROW, ids=["f16", "bf16"])
+@pytest.mark.parametrize("how", ["jnp", "hnp", "autocast"])
+def test_every_backward_contraction_of_a_transformer_block_reads_narrow_operands(dtype, how):
+    """The sweep: every dot of the gradient of a transformer block (attention, projections, MLP)
+    reads two narrow operands with contractions="scaled"; with the default, the backward ones read
+    float32 (the check can fail)."""
+    rng = np.random.default_rng(0)
+    p = {k: jnp.asarray(v, dtype) for k, v in examples.init_block(rng, 32, 64).items()}
+    x = jnp.asarray(rng.standard_normal((2, 8, 32)), dtype)
+    xp = hnp if how == "hnp" else jnp
+    loss = lambda p, x: jnp.mean(examples.block(xp, p, x).astype(F32) ** 2)
+    if how == "autocast":
+        loss = heddle.autocast(loss)
+    scaled = _dot_operands(jax.make_jaxpr(autodiff.grad(loss, contractions="scaled"))(p, x))
+    default = _dot_operands(jax.make_jaxpr(autodiff.grad(loss))(p, x))
+    want = np.dtype(dtype)
+    assert len(scaled) >= 3 * 8  # eight contractions, each with its two transposes
+    assert all(ops == (want, want) for ops in scaled), sorted(set(scaled))
+    assert any(ops == (np.dtype(F32), np.dtype(F32)) for ops in default)
+
+
+@pytest.mark.parametrize("dtype", NARROW, ids=["f16", "bf16"])
+def test_the_forward_values_are_the_plain_values_bit_for_bit(dtype, transform):
+    """The narrow output of a transformer block, computed under the gradient, is the plain call's
+    (the float32 mean after it may sum in another order in another compiled program)."""
+    rng = np.random.default_rng(1)
+    p = {k: jnp.asarray(v, dtype) for k, v in examples.init_block(rng, 32, 64).items()}
+    x = jnp.asarray(rng.standard_normal((2, 8, 32)), dtype)
+
+    def loss(p, x):
+        out = examples.block(hnp, p, x)
+        return jnp.mean(out.astype(F32) ** 2), out
+
+    (_, out), _ = transform(autodiff.value_and_grad(loss, has_aux=True, contractions="scaled"))(
+        p, x
+    )
+    plain = transform(examples.block)(hnp, p, x) if transform is not jax.jit else None
+    if plain is None:
+        plain = jax.jit(examples.block, static_argnums=0)(hnp, p, x)
+    assert out.dtype == plain.dtype == dtype
+    np.testing.assert_array_equal(np.asarray(out), np.asarray(plain))
+
+
+def test_the_scaled_gradient_of_a_block_is_as_close_to_float32_as_the_default():
+    """Against the float32 model: the scaled contractions' error stays within 1.5x the float32
+    contractions' (both are dominated by the narrow forward pass), float16 and bfloat16."""
+    rng = np.random.default_rng(2)
+    p32 = {k: jnp.asarray(v, F32) for k, v in examples.init_block(rng, 32, 64).items()}
+    x32 = jnp.asarray(rng.standard_normal((2, 8, 32)), F32)
+    loss = lambda p, x: jnp.mean(examples.block(hnp, p, x).astype(F32) ** 2)
+    ref = jax.grad(loss)(p32, x32)
+    for dtype in NARROW:
+        p, x = jax.tree.map(lambda a: a.astype(dtype), (p32, x32))
+        exact = jax.jit(autodiff.grad(loss))(p, x)
+        scaled = jax.jit(autodiff.grad(loss, contractions="scaled"))(p, x)
+        for k in ref:
+            assert _rel(scaled, ref, k) <= 1.5 * _rel(exact, ref, k) + 1e-3, k
+
+
+def test_other_operand_dtypes_keep_the_float32_rule():
+    """float8 operands and mixed dtypes: the default rule, bit for bit."""
+    rng = np.random.default_rng(3)
+    a = jnp.asarray(rng.standard_normal((8, 4)), F32)
+    b = jnp.asarray(rng.standard_normal((4, 3)), F32)
+    cases = [
+        (jnp.float8_e4m3fn, jnp.float8_e4m3fn),
+        (BF16, F16),
+        (BF16, F32),
+    ]
+    for da, db in cases:
+        loss = lambda a, b, da=da, db=db: jnp.sum(
+            jnp.matmul(a.astype(da), b.astype(db), preferred_element_type=F32) ** 2
+        )
+        want = autodiff.grad(loss, argnums=(0, 1))(a, b)
+        got = autodiff.grad(loss, argnums=(0, 1), contractions="scaled")(a, b)
+        for w, g in zip(want, got, strict=True):
+            np.testing.assert_array_equal(np.asarray(g), np.asarray(w))
+
+
+def test_vmapped_per_example_gradients():
+    rng = np.random.default_rng(4)
+    w = jnp.asarray(rng.standard_normal((16, 4)), F32)
+    xs = jnp.asarray(rng.standard_normal((5, 3, 16)), F16)
+    loss = lambda w, x: jnp.sum(jnp.matmul(x, w.astype(F16)).astype(F32) ** 2) * 1e-6
+    got = jax.vmap(autodiff.grad(loss, contractions="scaled"), in_axes=(None, 0))(w, xs)
+    x64, w64 = np.asarray(xs, np.float64), np.asarray(w.astype(F16), np.float64)
+    ref = np.stack([2e-6 * x.T @ (x @ w64) for x in x64])  # float64, w rounded as the model does
+    err = np.abs(np.asarray(got, np.float64) - ref).max(axis=(1, 2)) / np.abs(ref).max(axis=(1, 2))
+    assert got.dtype == F32 and err.max() <= 1e-2, err
+
+
+@pytest.mark.parametrize("fn", ["grad", "value_and_grad", "vjp", "jacrev"])
+def test_an_unknown_mode_is_refused(fn):
+    with pytest.raises(
+        ValueError, match=r"contractions='bf16'.*must be one of 'float32', 'scaled'"
+    ):
+        if fn == "vjp":
+            autodiff.vjp(jnp.sin, jnp.ones(2), contractions="bf16")
+        else:
+            getattr(autodiff, fn)(jnp.sin, contractions="bf16")
+
+
+def test_vjp_and_jacrev_take_it():
+    x = jnp.asarray([[1.0, 2.0], [3.0, 4.0]], F16)
+    w = jnp.asarray([[1e-6, 0.0], [0.0, 1e-6]], F16)
+    f = lambda x: jnp.matmul(x, w, preferred_element_type=F32) * 1e-6
+    _, pull = autodiff.vjp(f, x, contractions="scaled")
+    (ct,) = pull(jnp.ones((2, 2), F32))
+    ref = np.ones((2, 2)) @ np.asarray(w, np.float64).T * 1e-6
+    np.testing.assert_allclose(np.asarray(ct, np.float64), ref, rtol=1e-3)
+    jac = autodiff.jacrev(f, contractions="scaled")(x)
+    assert jac.shape == (2, 2, 2, 2) and jac.dtype == F32
+    assert float(jac[0, 0, 0, 0]) == pytest.approx(float(w[0, 0]) * 1e-6, rel=1e-3)
