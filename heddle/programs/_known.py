@@ -117,6 +117,9 @@ KNOWN_CALLS: tuple[Known, ...] = (
     # counts and divisors built in the input dtype: N - 1 of cov (and corrcoef), logmeanexp's N
     *_each("numpy.corrcoef"),
     Known("nn.logmeanexp", axes=("axis", "keepdims")),
+    # var/std: ddof and the N - ddof > 0 test built in the input dtype (float8_e8m0fnu has no 0)
+    Known("numpy.var", ((), (("ddof", 1),)), axes=("axis", "keepdims")),
+    Known("numpy.std", ((), (("ddof", 1),)), axes=("axis", "keepdims")),
     # cov's divisor N - ddof, for each of its common arguments, of one array and of two
     Known("numpy.cov", _COV_VARIANTS),
     Known("numpy.cov", _COV_VARIANTS, inputs=(2, 2)),

@@ -205,7 +205,7 @@ def test_the_class_is_the_known_calls():
 
     listed = {k.name for k in _known.KNOWN_CALLS}
     # reductions, swept in tests/programs/test_autocast_long_sweep.py
-    reducing = {"numpy.cov", "numpy.corrcoef", "nn.logmeanexp"}
+    reducing = {"numpy.cov", "numpy.corrcoef", "nn.logmeanexp", "numpy.var", "numpy.std"}
     # heddle's bits at their defaults; known for other alphas (test_autocast_hyperparameters.py)
     given_only = {"nn.elu", "nn.celu"}
     # an order with no default (test_autocast_hyperparameters.py)
