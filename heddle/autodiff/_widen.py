@@ -9,7 +9,8 @@ rounding to a narrow dtype (``convert_element_type`` to bfloat16, say) widens to
 derivative is 1, so a cotangent that float32 holds is never flushed by the narrow format's range.
 
 Each kind of body the table of primitives gives a higher-order primitive (``_table.Body``) has its
-float32 version in ``_BODIES``: a jit, a call and a checkpoint are evaluated widened; a
+float32 version in ``_BODIES``: a jit and a call are evaluated widened, a checkpoint is re-applied
+around its widened body (so a checkpoint inside a ``scan`` body keeps rematerialising); a
 ``custom_jvp`` function keeps its rule: the widened call is a ``custom_jvp`` of the widened body
 whose rule is the widened rule. A ``custom_vjp`` function (and its linearised rule), a bit cast,
 the body of a ``shard_map`` (which runs under named axes) and bodies that do not retype raise
@@ -175,7 +176,14 @@ def _call(eqn: Any, args: Sequence[Any]) -> list[Any]:
 
 
 def _remat(eqn: Any, args: Sequence[Any]) -> list[Any]:
-    return widen_eval(eqn.params["jaxpr"], (), args)
+    """A checkpoint stays one: its body evaluated widened, under ``jax.checkpoint`` with the same
+    policy, so what it saves for the backward pass is what the plain checkpoint saves."""
+    p = eqn.params
+
+    def body(*xs: Any) -> list[Any]:
+        return widen_eval(p["jaxpr"], (), xs)
+
+    return list(jax.checkpoint(body, prevent_cse=p["prevent_cse"], policy=p["policy"])(*args))
 
 
 def _own_rule(eqn: Any, args: Sequence[Any]) -> NoReturn:

@@ -76,3 +76,35 @@ def test_a_checkpointed_stack_differentiates_as_the_plain_one(dtype, wrap):
         # dtype at a checkpoint's boundary gave 7e-3 to 9e-3 here)
         err = np.linalg.norm(np.asarray(g, np.float64) - r) / np.linalg.norm(r)
         assert err < 1e-5, (wrap, err)
+
+
+def _scanned(remat):
+    layer = jax.checkpoint(_layer) if remat else _layer
+
+    def loss(ws, x):
+        h, _ = jax.lax.scan(lambda h, w: (layer(h, w), None), x, ws)
+        return jnp.mean(h.astype(jnp.float32) ** 2)
+
+    return loss
+
+
+@pytest.mark.parametrize("contractions", ["float32", "scaled"])
+def test_a_checkpoint_inside_a_scan_body_keeps_rematerialising(contractions):
+    """Scan over checkpointed layers (the usual way to stack a deep model): the derivative's
+    float32 version of the scan keeps the checkpoint, so the backward pass saves what jax.grad's
+    does (before: the checkpoint was dropped there, 87 MiB of temporaries where jax.grad has 25 on
+    8 bfloat16 layers of 2048 x 256), and the gradient is the one without the checkpoint."""
+    rng = np.random.default_rng(1)
+    ws = jnp.asarray(rng.normal(0, 1 / 16, (8, 256, 256))).astype(jnp.bfloat16)
+    x = jnp.asarray(rng.normal(0, 1, (2048, 256))).astype(jnp.bfloat16)
+
+    def temporaries(grad):
+        return jax.jit(grad).lower(ws, x).compile().memory_analysis().temp_size_in_bytes
+
+    ours = temporaries(autodiff.grad(_scanned(True), contractions=contractions))
+    theirs = temporaries(jax.grad(_scanned(True)))
+    unchecked = temporaries(autodiff.grad(_scanned(False), contractions=contractions))
+    assert ours <= 1.1 * theirs and ours < unchecked / 2, (ours, theirs, unchecked)
+    got = autodiff.grad(_scanned(True), contractions=contractions)(ws[:2, :16, :16], x[:8, :16])
+    want = autodiff.grad(_scanned(False), contractions=contractions)(ws[:2, :16, :16], x[:8, :16])
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
