@@ -9,21 +9,25 @@ float32 cotangent, made for that contraction alone and never stored as the cotan
 - bfloat16 operands: the cotangent rounded to bfloat16. bfloat16 has float32's exponent range, so
   no value float32 holds as a normal number underflows; each element keeps 8 significant bits.
 - float16 operands: the cotangent times ``2**k``, rounded to float16, where ``k`` puts the largest
-  magnitude of the cotangent in ``[2**14, 2**15)`` (a power of two: the scaling is exact). The
-  contraction's float32 result is multiplied by ``2**-k`` (exact again). So the cotangent is in
-  float16's range whatever its magnitude (no underflow of a cotangent of 1e-10, no overflow of one
-  of 1e6); elements more than ``2**29`` below the largest lose bits as float16 subnormals, and
-  those more than ``2**39`` below it are zero.
+  finite magnitude of the cotangent in ``[2**14, 2**15)`` (a power of two: the scaling is exact).
+  The contraction's float32 result is multiplied by ``2**-k`` (exact again). So the cotangent is
+  in float16's range whatever its magnitude (no underflow of a cotangent of 1e-10, no overflow of
+  one of 1e6); elements about ``2**29`` below the largest lose bits as float16 subnormals, and
+  those about ``2**39`` below it are zero.
 
 Both contractions accumulate in float32 (``preferred_element_type``) and their results are the
 float32 cotangents of the operands, summed with the operands' other cotangents in float32 as in the
 default. What is given up against the default is the cotangent's precision inside the contraction
-(8 or 11 significant bits instead of 24), never its range; against ``jax.grad``, nothing: JAX
-rounds the same cotangent to the narrow dtype without a scale, and rounds the results too.
+(8 or 11 significant bits instead of 24), never its range; against ``jax.grad``, which rounds the
+same cotangent to the narrow dtype without a scale (and rounds the results too), nothing but the
+last bit of a float16 cotangent whose largest element is within a factor 2 of 65504.
 
-Contractions whose operands are not both bfloat16 or both float16 (float8, mixed dtypes) keep the
-default rule. The rule is a ``jax.custom_vjp``: reverse mode only (``grad``, ``value_and_grad``,
-``vjp``, ``jacrev``).
+Contractions whose operands are not both bfloat16 or both float16 (float8, mixed dtypes), and any
+under explicitly sharded mesh axes, keep the default rule. The rule is a ``jax.custom_vjp`` whose
+backward contractions are themselves differentiable: differentiated again (forward over reverse,
+``jax.jvp`` of a gradient), they are the same contractions in float32. Inside the float32 version
+of a ``scan``, ``while`` or ``cond`` body (``_widen``), a contraction of two bfloat16 or two float16
+operands uses the rule too (``widened``).
 """
 
 from __future__ import annotations
@@ -39,6 +43,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 from jax.custom_derivatives import SymbolicZero
+from jax.sharding import AxisType
+
+from heddle.ops.lowering import runnable_precision
 
 _F32 = np.dtype("float32")
 SCALED_DTYPES = frozenset(np.dtype(d) for d in (jnp.bfloat16, jnp.float16))
@@ -66,9 +73,13 @@ def active() -> bool:
 
 
 def applies(lhs_dtype: Any, rhs_dtype: Any) -> bool:
-    """Whether a contraction of these operand dtypes runs its backward pass narrow when scaled."""
+    """Whether a contraction of these operand dtypes runs its backward pass narrow when scaled
+    (not under explicitly sharded axes, whose contractions need their result shardings named)."""
     d = np.dtype(lhs_dtype)
-    return d == np.dtype(rhs_dtype) and d in SCALED_DTYPES
+    if d != np.dtype(rhs_dtype) or d not in SCALED_DTYPES:
+        return False
+    mesh = jax.sharding.get_abstract_mesh()
+    return mesh.empty or AxisType.Explicit not in mesh.axis_types
 
 
 def _pow2(k: jax.Array) -> jax.Array:
@@ -78,13 +89,14 @@ def _pow2(k: jax.Array) -> jax.Array:
 
 def narrowed(ct: jax.Array, d: np.dtype) -> tuple[jax.Array, jax.Array | None]:
     """``ct`` (float32) as the narrow dtype ``d`` for one contraction, and the power of two its
-    result is multiplied by (None: no scale)."""
+    result is multiplied by (None: no scale). The scale is set by the largest finite magnitude, so
+    an inf or NaN element changes no other element's rounding."""
     if jnp.finfo(d).maxexp >= jnp.finfo(_F32).maxexp:  # bfloat16: float32's range
         return ct.astype(d), None
-    amax = jnp.max(jnp.abs(ct))
+    amax = jnp.max(jnp.where(jnp.isfinite(ct), jnp.abs(ct), 0.0), initial=0.0)
     _, e = jnp.frexp(amax)  # amax = m * 2**e, m in [0.5, 1)
     top = jnp.finfo(d).maxexp - 1  # float16: 2**15 <= its largest finite value
-    k = jnp.where(jnp.isfinite(amax), jnp.clip(top - e, -126, 126), 0).astype(jnp.int32)
+    k = jnp.clip(top - e, -126, 126).astype(jnp.int32)
     return (ct * _pow2(k)).astype(d), _pow2(-k)
 
 
@@ -144,20 +156,48 @@ def transposes(
     """The float32 cotangents of the two operands (both of one narrow dtype) for the float32
     cotangent ``ct`` of ``dot_general(lhs, rhs, dims, preferred_element_type=float32)``, each
     contraction reading ``ct`` narrowed (``narrowed``). An operand given as None is not needed:
-    the other's cotangent is not computed (None)."""
-    known = lhs if lhs is not None else rhs
-    if known is None:
+    the other's cotangent is not computed (None). Differentiated again (forward over reverse: a
+    Hessian-vector product), they are the same contractions in float32."""
+    arrays = [a for a in (lhs, rhs) if a is not None]
+    if not arrays:
         return None, None
-    narrow, unscale = narrowed(ct, np.dtype(known.dtype))
-    d_lhs = d_rhs = None
-    if rhs is not None:
-        d_lhs = _transposed(narrow, rhs, dims, 0, precision)
-    if lhs is not None:
-        d_rhs = _transposed(narrow, lhs, dims, 1, precision)
-    if unscale is not None:
-        d_lhs = None if d_lhs is None else d_lhs * unscale
-        d_rhs = None if d_rhs is None else d_rhs * unscale
-    return d_lhs, d_rhs
+    outs = iter(_transposes(dims, precision, lhs is not None, rhs is not None)(ct, *arrays))
+    return (next(outs) if rhs is not None else None), (next(outs) if lhs is not None else None)
+
+
+@functools.cache
+def _transposes(dims: Any, precision: Any, has_lhs: bool, has_rhs: bool) -> Any:
+    """``f(ct, *operands)``: the list of cotangents ``transposes`` gives, with a float32 derivative."""
+
+    def split(operands: Any) -> tuple[Any, Any]:
+        it = iter(operands)
+        return (next(it) if has_lhs else None), (next(it) if has_rhs else None)
+
+    def compute(ct: Any, operands: Any, wide: bool) -> list[Any]:
+        lhs, rhs = split(operands)
+        d = np.dtype((lhs if lhs is not None else rhs).dtype)
+        if wide:
+            narrow, unscale = ct, None
+            lhs, rhs = (None if a is None else a.astype(_F32) for a in (lhs, rhs))
+        else:
+            narrow, unscale = narrowed(ct, d)
+        out = []
+        if rhs is not None:
+            out.append(_transposed(narrow, rhs, dims, 0, precision))
+        if lhs is not None:
+            out.append(_transposed(narrow, lhs, dims, 1, precision))
+        return out if unscale is None else [o * unscale for o in out]
+
+    @jax.custom_jvp
+    def f(ct: Any, *operands: Any) -> list[Any]:
+        return compute(ct, operands, wide=False)
+
+    @f.defjvp
+    def _(primals: Any, tangents: Any) -> tuple[Any, Any]:
+        exact = lambda ct, *ops: compute(ct, ops, wide=True)
+        return f(*primals), jax.jvp(exact, primals, tangents)[1]
+
+    return f
 
 
 @functools.cache
@@ -198,6 +238,20 @@ def _pullback(res: Any, ct: Any, dims: Any, precision: Any) -> tuple[Any, Any]:
     if isinstance(ct, SymbolicZero):
         return None, None
     return transposes(ct, lhs, rhs, dims, precision)
+
+
+def widened(eqn: Any, args: Any) -> list[Any] | None:
+    """The float32 version of a contraction equation (``_widen``) whose operands were both of one
+    scaled dtype: the scaled contraction of the narrow operands, read back exactly from their
+    float32 ``args``, a float32 result. None for any other contraction."""
+    lhs, rhs = eqn.invars
+    if len(args) != 2 or not applies(lhs.aval.dtype, rhs.aval.dtype):
+        return None
+    d = np.dtype(lhs.aval.dtype)
+    p = eqn.params
+    precision = runnable_precision(p["precision"])
+    f = contraction(p["dimension_numbers"], precision, p.get("out_sharding"))
+    return [f(args[0].astype(d), args[1].astype(d), args[0], args[1])]
 
 
 @functools.cache

@@ -47,6 +47,7 @@ from jax.extend import core as jex_core
 from heddle.autodiff import _scaled
 from heddle.autodiff._rules import contract, like
 from heddle.autodiff._widen import is_narrow, widen_bind
+from heddle.ops.lowering import runnable_precision
 from heddle.programs._frame import Frame, Once, dtype_of
 from heddle.programs._interpret import bind, context, inline, plain_jit, run
 from heddle.programs._table import Body, Fact, Rule, has, having, kind, rule
@@ -129,18 +130,20 @@ def _dot(frame: Frame, eqn: Any) -> bool:
     def twin(a: Any, d: np.dtype) -> Any:
         return frame.twin(a) if is_narrow(d) else frame.read(a)
 
-    p = eqn.params
+    p = _dot_params(eqn)
+    lw, rw = twin(lhs, dl), twin(rhs, dr)
     if _scaled.active() and _scaled.applies(dl, dr) and out_dtype == _F32:
         f = _scaled.contraction(p["dimension_numbers"], p["precision"], p.get("out_sharding"))
-        frame.write(
-            eqn.outvars[0], f(frame.read(lhs), frame.read(rhs), twin(lhs, dl), twin(rhs, dr))
-        )
-        return True
-    frame.write(
-        eqn.outvars[0],
-        contract(frame.read(lhs), frame.read(rhs), twin(lhs, dl), twin(rhs, dr), **eqn.params),
-    )
+        frame.write(eqn.outvars[0], f(frame.read(lhs), frame.read(rhs), lw, rw))
+    else:
+        frame.write(eqn.outvars[0], contract(frame.read(lhs), frame.read(rhs), lw, rw, **p))
     return True
+
+
+def _dot_params(eqn: Any) -> dict[str, Any]:
+    """A contraction's parameters, its precision one the backend runs (``runnable_precision``:
+    float16 ``dot_product_attention``'s ``F16_F16_F32`` preset is refused by XLA:CPU)."""
+    return dict(eqn.params, precision=runnable_precision(eqn.params["precision"]))
 
 
 def _inline_jit(frame: Frame, eqn: Any) -> bool:
@@ -282,7 +285,7 @@ def _wide_twins(
     picks = [k for k, _ in outs]
     dot = has(eqn.primitive.name, Fact.DOT) and len(floats) == 2
     if dot and scaled and _scaled.applies(*(dtype_of(a) for a in eqn.invars)):
-        p = eqn.params
+        p = _dot_params(eqn)
         f = _scaled.narrow_result(p["dimension_numbers"], p["precision"], _exactly)
         ((_, v),) = outs
         return {v: f(narrow[0], *wide, *ins)}
@@ -298,13 +301,14 @@ def _wide_twins(
         return [lax.convert_element_type(res[k], _F32) for k in picks]
 
     if dot:
-        tangent = _dot_tangent(eqn.params)
+        tangent = _dot_tangent(_dot_params(eqn))
     else:
 
         def tangent(ins: Any, xs: Any, ts: Any) -> list[Any]:
             ts = [_instantiate(t, x) for t, x in zip(ts, xs, strict=True)]
             at = functools.partial(widened, list(ins))
-            return list(jax.jvp(at, tuple(xs), tuple(ts))[1])
+            with _scaled.mode("scaled" if scaled else "float32"):  # contractions in its bodies
+                return list(jax.jvp(at, tuple(xs), tuple(ts))[1])
 
         try:
             jax.eval_shape(functools.partial(widened, wide), *(wide[i] for i in floats))

@@ -15,6 +15,9 @@ around its widened body (so a checkpoint inside a ``scan`` body keeps rematerial
 whose rule is the widened rule. A ``custom_vjp`` function (and its linearised rule), a bit cast,
 the body of a ``shard_map`` (which runs under named axes) and bodies that do not retype raise
 ``NotWidened``; the caller then keeps JAX's own derivative, at the narrow dtype, for that equation.
+With ``contractions="scaled"`` (``_scaled``), a contraction of two bfloat16 or two float16 operands
+is widened to the scaled contraction of its narrow operands (read back exactly from the float32
+ones), so a ``scan``/``while``/``cond`` body's backward contractions run narrow too.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import numpy as np
 from jax import lax
 from jax.extend import core as jex_core
 
+from heddle.autodiff import _scaled
 from heddle.programs._table import Body, Fact, has, kind
 
 _F32 = np.dtype("float32")
@@ -237,6 +241,10 @@ def widen_bind(eqn: Any, args: Sequence[Any]) -> list[Any]:
     body_kind = kind(name)
     if body_kind is not None:
         return _BODIES[body_kind](eqn, args)
+    if has(name, Fact.DOT) and _scaled.active():
+        scaled = _scaled.widened(eqn, args)
+        if scaled is not None:
+            return scaled
     if has(name, Fact.USER_RULE):
         _own_rule(eqn, args)
     if has(name, Fact.BITS):

@@ -56,6 +56,41 @@ def cast(x: Any, d: np.dtype) -> jax.Array:
     return _astype(x, d)
 
 
+# The algorithm presets JAX lowers on XLA:CPU (``jax._src.lax.lax._handle_dot_precision`` raises for
+# any other, eagerly as under jit). Plain JAX's ``dot_product_attention`` of float16 asks for
+# ``F16_F16_F32`` (narrow operands, float32 accumulation) and only falls back to the default when the
+# eager call fails, so its traced program cannot run on CPU.
+_CPU_ALGORITHMS = frozenset(
+    "DEFAULT F16_F16_F16 F32_F32_F32 F64_F64_F64 BF16_BF16_F32 BF16_BF16_F32_X3 BF16_BF16_F32_X6".split()
+)
+
+
+def runnable_precision(precision: Any) -> Any:
+    """A contraction's ``precision``, or None where it is an algorithm preset XLA:CPU cannot run.
+
+    Such a preset names the operand and accumulation dtypes, and heddle's contraction rules already
+    give the dot its operands (narrow, or widened exactly) and a float32 accumulator; so the preset
+    is dropped and the dot bound at the default precision, the same contraction the preset asks for.
+
+    Args:
+      precision: a ``dot_general`` precision: None, a ``lax.Precision`` pair or a
+        ``lax.DotAlgorithmPreset``.
+
+    Returns:
+      ``precision``, or None for a preset the CPU backend refuses (on CPU).
+
+    Examples:
+      >>> from jax import lax
+      >>> from heddle.ops import lowering
+      >>> preset = lax.DotAlgorithmPreset.F16_F16_F32
+      >>> lowering.runnable_precision(preset) is (None if lowering.on_cpu() else preset)
+      True
+    """
+    if not isinstance(precision, lax.DotAlgorithmPreset) or not on_cpu():
+        return precision
+    return None if precision.name not in _CPU_ALGORITHMS else precision
+
+
 PRECISION: dict[str, Any] = {
     "highest": lax.Precision.HIGHEST,
     "high": lax.Precision.HIGH,

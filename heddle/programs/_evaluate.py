@@ -41,7 +41,7 @@ from heddle.ops.lowering import (
     contraction_operand_dtype,
     dot_needs_widening,
     is_differentiated,
-    on_cpu,
+    runnable_precision,
     transposes_weight_on_cpu,
     widens_narrow_contractions,
 )
@@ -644,8 +644,7 @@ def _contraction(ev: Evaluator, frame: Frame, eqn: Any, seg: int) -> None:
 
     params = dict(eqn.params)
     params["preferred_element_type"] = acc
-    if params.get("precision") is not None and _unsupported_algorithm(params["precision"]):
-        params["precision"] = None
+    params["precision"] = runnable_precision(params.get("precision"))
     if operand == np.float32 and params.get("precision") is None:
         prec = PRECISION[ev.p.float32_matmul_precision]
         if prec is not None:
@@ -662,25 +661,6 @@ def _contraction(ev: Evaluator, frame: Frame, eqn: Any, seg: int) -> None:
         frame.write_rounded(eqn.outvars[0], _narrow_dot(args[0], args[1], operand, params), seg)
     else:
         ev.bind_wide(frame, eqn, seg, args, params)
-
-
-# The algorithm presets JAX lowers on XLA:CPU (``jax._src.lax.lax._handle_dot_precision`` raises for
-# any other, eagerly as under jit). Plain JAX's ``dot_product_attention`` of float16 asks for
-# ``F16_F16_F32`` (narrow operands, float32 accumulation) and only falls back to the default when the
-# eager call fails, so its traced program cannot run on CPU.
-_CPU_ALGORITHMS = frozenset(
-    "DEFAULT F16_F16_F16 F32_F32_F32 F64_F64_F64 BF16_BF16_F32 BF16_BF16_F32_X3 BF16_BF16_F32_X6".split()
-)
-
-
-def _unsupported_algorithm(precision: Any) -> bool:
-    """Whether ``precision`` is an algorithm preset XLA:CPU cannot run, on CPU. Such a preset names
-    the operand and accumulation dtypes, and the contraction rule already gives the dot its operands
-    (narrow, or widened exactly) and a float32 accumulator; so the preset is dropped and the dot
-    bound at the policy's float32 precision, the same contraction the preset asks for."""
-    if not isinstance(precision, lax.DotAlgorithmPreset) or not on_cpu():
-        return False
-    return precision.name not in _CPU_ALGORITHMS
 
 
 def _narrow_dot(lw: Any, rw: Any, d: np.dtype, params: dict[str, Any]) -> Any:

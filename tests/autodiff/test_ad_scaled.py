@@ -8,6 +8,7 @@ jaxpr (which dtypes each backward contraction reads).
 from __future__ import annotations
 
 import itertools
+import pathlib
 
 import jax
 import jax.numpy as jnp
@@ -104,7 +105,8 @@ def test_cotangents_out_of_the_narrow_range_keep_their_values(magnitude, dtype):
 
 
 def test_a_nonfinite_cotangent_is_not_finite_in_the_result():
-    """inf and NaN reach the cotangents they touch (a skipped loss-scaling step sees them)."""
+    """inf and NaN reach the cotangents they touch (a skipped loss-scaling step sees them), and
+    only those here."""
     lhs = jnp.ones((2, 2), F16)
     dims = (((1,), (0,)), ((), ()))
     for bad in (np.inf, np.nan):
@@ -311,3 +313,100 @@ def test_vjp_and_jacrev_take_it():
     jac = autodiff.jacrev(f, contractions="scaled")(x)
     assert jac.shape == (2, 2, 2, 2) and jac.dtype == F32
     assert float(jac[0, 0, 0, 0]) == pytest.approx(float(w[0, 0]) * 1e-6, rel=1e-3)
+
+
+def test_sharded_inputs_on_8_devices(on_8_devices):
+    """Explicit axes (jax.make_mesh's default) keep the float32 rule, whose contractions name their
+    shardings; auto axes run scaled; batch-sharded inputs, replicated and FSDP-sharded weights.
+    (Before: explicit axes raised ShardingTypeError.)"""
+    results = on_8_devices(pathlib.Path(__file__).with_name("_scaled_devices.py"))
+    assert len(results) == 8
+    for name, err in results.items():
+        assert isinstance(err, float), (name, err)
+        assert err <= (2e-2 if "bfloat16" in name else 2e-3), (name, err)
+
+
+@pytest.mark.parametrize("contractions", ["float32", "scaled"])
+@pytest.mark.parametrize("dtype", NARROW, ids=["f16", "bf16"])
+def test_an_empty_batch_gives_zero_gradients(dtype, contractions, transform):
+    """Before: float16's scale took the maximum of an empty cotangent and raised."""
+    w = jnp.ones((4, 3), F32)
+    x = jnp.ones((0, 4), dtype)
+    for out in (F32, dtype):  # a float32-result and a narrow-result contraction
+        loss = lambda w, x, out=out: jnp.sum(
+            jnp.matmul(x, w.astype(dtype), preferred_element_type=out).astype(F32)
+        )
+        g = transform(autodiff.grad(loss, contractions=contractions))(w, x)
+        assert g.dtype == F32 and g.shape == (4, 3) and not np.asarray(g).any()
+
+
+def test_forward_over_reverse_is_the_float32_derivative():
+    """jax.jvp / jax.jacfwd of a scaled gradient (Hessian-vector products): the narrowed
+    cotangent's derivative is the float32 contraction's. Here x @ w is 0, so the cotangent is 0
+    and float16's scale is 2**15: the tangent 6 was scaled with it, overflowing to inf before.
+    The exact Hessian-vector product is 2 x^T x v = [6, 12]."""
+    x = jnp.asarray([[1.0, 2.0]], F16)
+    w = jnp.asarray([[2.0], [-1.0]], F32)
+    loss = lambda w: jnp.sum(jnp.matmul(x, w.astype(F16), preferred_element_type=F32) ** 2)
+    g = autodiff.grad(loss, contractions="scaled")
+    assert jax.jvp(g, (w,), (jnp.ones_like(w),))[1].ravel().tolist() == [6.0, 12.0]
+    assert jax.jacfwd(g)(w).ravel().tolist() == [2.0, 4.0, 4.0, 8.0]
+
+
+def test_a_nan_changes_no_other_rows_rounding():
+    """The float16 scale comes from the largest finite magnitude: a NaN in one row of the
+    cotangent leaves the other rows as the default computes them (before: 1e5 overflowed to inf
+    once the NaN set the scale to 1)."""
+    x = jnp.ones((2, 1), F16)
+    w = jnp.full((1, 1), 0.5, F16)
+    f = lambda x, w: jnp.matmul(x, w, preferred_element_type=F32)
+    ct = jnp.asarray([[np.nan], [1e5]], F32)
+    (dx, _) = autodiff.vjp(f, x, w, contractions="scaled")[1](ct)
+    assert np.isnan(np.asarray(dx)[0, 0])
+    # 1e5 * 2**-2 rounded to float16's 11 bits (0.5 is exact): 99968 / 2
+    assert float(dx[1, 0]) == float(np.float16(1e5 / 4)) * 2
+
+
+@pytest.mark.parametrize("dtype", NARROW, ids=["f16", "bf16"])
+def test_contractions_inside_loop_and_branch_bodies_run_narrow(dtype):
+    """A scan over layers, a fori_loop and a cond: their backward contractions read narrow
+    operands too (before: float32 x float32 inside every body), and the gradient matches the
+    default's to the narrow cotangent's precision."""
+    rng = np.random.default_rng(5)
+    ws = jnp.asarray(rng.standard_normal((3, 16, 16)) / 4, F32)
+    x = jnp.asarray(rng.standard_normal((8, 16)), dtype)
+
+    def layer(h, w):
+        return jnp.tanh(jnp.matmul(h, w.astype(dtype))) + h
+
+    losses = {
+        "scan": lambda ws, x: jax.lax.scan(lambda h, w: (layer(h, w), None), x, ws)[0],
+        "fori": lambda ws, x: jax.lax.fori_loop(0, 3, lambda i, h: layer(h, ws[i]), x),
+        "cond": lambda ws, x: jax.lax.cond(x.sum() > 0, layer, lambda h, w: -layer(h, w), x, ws[0]),
+    }
+    for name, body in losses.items():
+        loss = lambda ws, x, body=body: jnp.mean(body(ws, x).astype(F32) ** 2)
+        scaled = autodiff.grad(loss, contractions="scaled")
+        ops = _dot_operands(jax.make_jaxpr(scaled)(ws, x))
+        assert ops and all(o == (np.dtype(dtype),) * 2 for o in ops), (name, sorted(set(ops)))
+        want, got = autodiff.grad(loss)(ws, x), scaled(ws, x)
+        err = float(np.abs(np.asarray(got) - np.asarray(want)).max() / np.abs(want).max())
+        assert err <= (2e-2 if dtype == BF16 else 2e-3), (name, err)
+
+
+@pytest.mark.parametrize("contractions", ["float32", "scaled"])
+def test_float16_dot_product_attention(contractions):
+    """jax.nn.dot_product_attention of float16 asks for the F16_F16_F32 algorithm, which XLA:CPU
+    refuses (jax.grad falls back eagerly; heddle.autodiff re-issued it and raised): the gradient
+    is within float16's precision of the float64 one."""
+    rng = np.random.default_rng(6)
+    q = jnp.asarray(rng.standard_normal((1, 4, 2, 8)), F16)
+    k = jnp.asarray(rng.standard_normal((1, 6, 2, 8)), F16)
+    f = lambda q, k: jnp.sum(jax.nn.dot_product_attention(q, k, k).astype(F32) ** 2)
+    with jax.numpy_dtype_promotion("standard"):  # JAX's attention mixes float16 and float32
+        got = autodiff.grad(f, contractions=contractions)(q, k)
+    with jax.enable_x64(True), jax.numpy_dtype_promotion("standard"):
+        q64, k64 = (jnp.asarray(np.asarray(a, np.float64)) for a in (q, k))
+        want = jax.grad(lambda q: jnp.sum(jax.nn.dot_product_attention(q, k64, k64) ** 2))(q64)
+    err = np.abs(np.asarray(got, np.float64) - np.asarray(want)).max() / np.abs(want).max()
+    assert got.dtype == F32 and err <= 5e-3, err
