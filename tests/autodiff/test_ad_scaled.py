@@ -410,3 +410,61 @@ def test_float16_dot_product_attention(contractions):
         want = jax.grad(lambda q: jnp.sum(jax.nn.dot_product_attention(q, k64, k64) ** 2))(q64)
     err = np.abs(np.asarray(got, np.float64) - np.asarray(want)).max() / np.abs(want).max()
     assert got.dtype == F32 and err <= 5e-3, err
+
+
+def test_flax_and_equinox_layers_under_autocast():
+    """flax.linen.Dense and equinox.nn.Linear float16 MLPs under autocast, loss scaled by 1e-7,
+    with contractions="scaled": every layer within 1% of the float32 model's gradient, and every
+    contraction of the gradient reads float16 operands."""
+    flax_nn = pytest.importorskip("flax.linen")
+    eqx = pytest.importorskip("equinox")
+    params, x, y = _mlp_case()
+    ref = jax.grad(_mlp_loss(jnp, F32))(params, x, y)
+
+    class Net(flax_nn.Module):
+        @flax_nn.compact
+        def __call__(self, h):
+            for i, n in enumerate((64, 64, 8)):
+                h = flax_nn.Dense(n, dtype=F16, param_dtype=F32, name=f"d{i}")(h)
+                if i < 2:
+                    h = jnp.tanh(h)
+            return h
+
+    fparams = {
+        "params": {f"d{i}": {"kernel": params[f"w{i}"], "bias": params[f"b{i}"]} for i in range(3)}
+    }
+
+    def flax_loss(fp, x, y):
+        return jnp.mean((Net().apply(fp, x).astype(F32) - y) ** 2) * 1e-7
+
+    grad = autodiff.grad(heddle.autocast(flax_loss), contractions="scaled")
+    assert {o for o in _dot_operands(jax.make_jaxpr(grad)(fparams, x, y))} == {
+        (np.dtype(F16), np.dtype(F16))
+    }
+    g = jax.jit(grad)(fparams, x, y)
+    got = {k: g["params"][f"d{k[1]}"]["kernel" if k[0] == "w" else "bias"] for k in ref}
+    for k in ref:
+        assert _rel(got, ref, k) <= 0.01, (k, _rel(got, ref, k))
+
+    keys = jax.random.split(jax.random.key(0), 3)
+    model = []
+    for i, key in enumerate(keys):
+        w = params[f"w{i}"]
+        lay = eqx.nn.Linear(w.shape[0], w.shape[1], key=key)
+        model.append(eqx.tree_at(lambda m: (m.weight, m.bias), lay, (w.T, params[f"b{i}"])))
+
+    def eqx_loss(model, x, y):
+        half = jax.tree.map(lambda a: a.astype(F16) if eqx.is_inexact_array(a) else a, model)
+        h = x.astype(F16)
+        for i, lay in enumerate(half):
+            h = jax.vmap(lay)(h)
+            if i < 2:
+                h = jnp.tanh(h)
+        return jnp.mean((h.astype(F32) - y) ** 2) * 1e-7
+
+    g = jax.jit(autodiff.grad(heddle.autocast(eqx_loss), contractions="scaled"))(model, x, y)
+    got = {}
+    for i in range(3):
+        got[f"w{i}"], got[f"b{i}"] = g[i].weight.T, g[i].bias
+    for k in ref:
+        assert _rel(got, ref, k) <= 0.01, (k, _rel(got, ref, k))
