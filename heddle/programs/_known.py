@@ -142,6 +142,18 @@ KNOWN_CALLS: tuple[Known, ...] = (
         _LOC_SCALE,
         rounded=True,
     ),
+    # heddle's log tails (log1p(-exp(-x)) and -exp(x) where JAX's float32 log(cdf) is -inf)
+    *_each("scipy.stats.expon.logcdf scipy.stats.gumbel_l.logcdf", _LOC_SCALE, rounded=True),
+    # heddle's log tails of distributions with shape parameters (JAX's float32 log(cdf): -inf)
+    Known("scipy.stats.gamma.logsf", scalars=("a", *_LOC_SCALE), rounded=True),
+    Known("scipy.stats.gamma.logcdf", scalars=("a", *_LOC_SCALE), rounded=True),
+    Known("scipy.stats.chi2.logsf", scalars=("df", *_LOC_SCALE), rounded=True),
+    Known("scipy.stats.chi2.logcdf", scalars=("df", *_LOC_SCALE), rounded=True),
+    Known("scipy.stats.beta.logcdf", scalars=("a", "b", *_LOC_SCALE), rounded=True),
+    Known("scipy.stats.t.logpdf", scalars=("df", *_LOC_SCALE), rounded=True),
+    Known("scipy.special.hyp1f1", scalars=("a", "b"), rounded=True, operand="x"),
+    # heddle's series and asymptotic branches (JAX's float32 series: NaN or 1-ulp differences)
+    *_each("scipy.special.exp1 scipy.special.expi"),
     Known("scipy.stats.poisson.entropy", scalars=("loc",), rounded=True),
     # an order that JAX rounds to the input's dtype, and JAX's E_n(0) and E_n(inf)
     Known("scipy.special.expn", scalars=("n",), operand="x"),

@@ -13,6 +13,7 @@ by primitive as before, and a program without such calls is rewritten as before.
 from __future__ import annotations
 
 import functools
+import inspect
 
 import jax
 import jax.numpy as jnp
@@ -210,6 +211,21 @@ def test_the_class_is_the_known_calls():
     given_only = {"nn.elu", "nn.celu"}
     # an order with no default (test_autocast_hyperparameters.py)
     ordered = {"scipy.special.expn"}
+    # swept on every pattern with the other unary functions, or with shape parameters given
+    # (tests/programs/test_autocast_unary_sweep.py)
+    swept = {
+        "scipy.special.exp1",
+        "scipy.special.expi",
+        "scipy.stats.expon.logcdf",
+        "scipy.stats.gumbel_l.logcdf",
+        "scipy.stats.gamma.logsf",
+        "scipy.stats.gamma.logcdf",
+        "scipy.stats.chi2.logsf",
+        "scipy.stats.chi2.logcdf",
+        "scipy.stats.beta.logcdf",
+        "scipy.stats.t.logpdf",
+        "scipy.special.hyp1f1",
+    }
     # several array inputs (tests/programs/test_autocast_several_inputs.py)
     several = {k.name for k in _known.KNOWN_CALLS if len(k.inputs) > 1 or k.inputs[0] > 1}
     assert several == {
@@ -220,7 +236,9 @@ def test_the_class_is_the_known_calls():
         "numpy.polyfit",
         "numpy.cov",  # cov(x, y): test_cov_of_two_arrays_is_heddles
     }
-    assert listed - reducing - given_only - ordered - several == set(NAMES) - {"nn.gelu_exact"}
+    assert listed - reducing - given_only - ordered - several - swept == set(NAMES) - {
+        "nn.gelu_exact"
+    }
     gelu = next(k for k in _known.KNOWN_CALLS if k.name == "nn.gelu")
     assert {dict(v)["approximate"] for v in gelu.variants} == {True, False}
     for k in _known.KNOWN_CALLS:  # every name is JAX's and heddle's
@@ -236,9 +254,12 @@ def test_the_first_look_at_each_call_is_what_it_traces_to(dtype):
 
     for c in _known._candidates():
         entry, look = _known.first_look(c)
-        if c.operand is not None:  # expn(n, x): its order has no default
-            c = c.given(dict.fromkeys(c.scalars, 2))
-        t = _known._trace(c, c.sample(3, dtype))
+        params = inspect.signature(c.jax_fn).parameters
+        required = [s for s in c.scalars if params[s].default is inspect.Parameter.empty]
+        if required:  # expn's order, gamma's a, t's df: no default
+            c = c.given(dict.fromkeys(required, 2))
+        with jax.numpy_dtype_promotion("standard"):  # JAX's hyp1f1 mixes dtypes inside
+            t = _known._trace(c, c.sample(3, dtype))
         assert t is not None and t.entry is entry, c
         assert look is None or look == _known._look(t.jaxpr.jaxpr.eqns[0]), c
 

@@ -169,10 +169,21 @@ def test_expn_of_every_order_is_heddles(dtype, mode):
 def test_the_class_is_the_known_calls_with_scalars():
     from heddle.programs import _known
 
+    # shape parameters, swept on every pattern in tests/programs/test_autocast_unary_sweep.py
+    shaped = {
+        "scipy.stats.gamma.logsf",
+        "scipy.stats.gamma.logcdf",
+        "scipy.stats.chi2.logsf",
+        "scipy.stats.chi2.logcdf",
+        "scipy.stats.beta.logcdf",
+        "scipy.stats.t.logpdf",
+        "scipy.special.hyp1f1",
+    }
+    swept = {"scipy.stats.expon.logcdf", "scipy.stats.gumbel_l.logcdf"}  # loc and scale
     with_scalars = {k.name for k in _known.KNOWN_CALLS if k.scalars}
-    assert with_scalars == {*CLASS, "scipy.special.expn"}
+    assert with_scalars == {*CLASS, *shaped, *swept, "scipy.special.expn"}
     rounded = {k.name for k in _known.KNOWN_CALLS if k.rounded}
-    assert rounded == {n for n in CLASS if n.startswith("scipy.stats.")}
+    assert rounded == {n for n in {*CLASS, *shaped, *swept} if n.startswith("scipy.")}
 
 
 def test_the_value_is_heddles_float32_not_the_bfloat16_jax_built():
