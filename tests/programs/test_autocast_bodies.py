@@ -252,6 +252,45 @@ def test_bfloat16_inv_is_rounded_once():
         assert (np.asarray(out) == ref.astype(jnp.bfloat16)).mean() >= 0.999
 
 
+def _tensor_system():
+    a, _ = _system()
+    return a.reshape(8, 8, 8, 8), jnp.asarray(np.random.default_rng(3).normal(size=(8, 8)), a.dtype)
+
+
+LINALG = {  # the other linalg functions built on custom_linear_solve (jax.numpy, heddle.numpy)
+    "cond": (lambda xp, a, t, b: xp.linalg.cond(a), lambda a: np.linalg.cond(a)),
+    "matrix_power(-3)": (
+        lambda xp, a, t, b: xp.linalg.matrix_power(a, -3),
+        lambda a: np.linalg.matrix_power(a, -3),
+    ),
+    "tensorinv": (
+        lambda xp, a, t, b: xp.linalg.tensorinv(t, ind=2),
+        lambda a: np.linalg.tensorinv(a.reshape(8, 8, 8, 8), ind=2),
+    ),
+    "tensorsolve": (
+        lambda xp, a, t, b: xp.linalg.tensorsolve(t, b),
+        lambda a: np.linalg.tensorsolve(a.reshape(8, 8, 8, 8), _tensor_system()[1].astype(float)),
+    ),
+    "slogdet": (lambda xp, a, t, b: xp.linalg.slogdet(a)[1], lambda a: np.linalg.slogdet(a)[1]),
+}
+
+
+@pytest.mark.parametrize("name", list(LINALG))
+def test_bfloat16_linalg_through_custom_linear_solve(name):
+    """Under autocast these are heddle.numpy.linalg's bits, eagerly and jitted, and as correctly
+    rounded (before: their solves ran bf16 x bf16 -> bf16 inside custom_linear_solve)."""
+    f, ref = LINALG[name]
+    a, _ = _system()
+    t, b = _tensor_system()
+    want = np.asarray(f(hnp, a, t, b))
+    exact = np.asarray(ref(np.asarray(a, np.float64))).astype(jnp.bfloat16)
+    assert (want == exact).mean() >= 0.99, (name, (want == exact).mean())
+    for g in _both(lambda a, t, b: f(jnp, a, t, b)):
+        got = np.asarray(g(a, t, b))
+        assert got.dtype == want.dtype == jnp.bfloat16
+        np.testing.assert_array_equal(got, want)
+
+
 def test_bfloat16_solve_gradient():
     a, b = _system()
     loss = heddle.autocast(lambda a, b: jnp.linalg.solve(a, b).astype(jnp.float32).sum())
@@ -379,3 +418,19 @@ def test_jax_grad_of_a_custom_jvp_call_is_heddles():
     y = np.random.default_rng(1).permutation(x)
     got = jax.jit(jax.vmap(jax.grad(heddle.autocast(jnp.logaddexp))))(x, y)
     assert _differing(got, jax.jit(jax.vmap(jax.grad(hnp.logaddexp)))(x, y)) == 0
+
+
+def test_bessel_jn_backward_has_no_narrow_loop_carried_sum():
+    """jax.scipy.special.bessel_jn's backward pass sums a bfloat16 cotangent carried through a scan
+    (``add_any`` in the loop): the audit finds it in the plain function (the check can fail) and
+    nothing narrow under autocast, whose scan carries float32."""
+    x = jnp.linspace(0.5, 8, 16).astype(jnp.bfloat16)
+    f = lambda x: jnp.sum(jax.scipy.special.bessel_jn(x, v=3)[-1].astype(jnp.float32))
+    with jax.numpy_dtype_promotion("standard"):  # JAX's bessel_jn mixes dtypes inside
+        plain = heddle.audit(f, x, include_backward=True)
+        ours = heddle.audit(heddle.autocast(f), x, include_backward=True)
+    carried = [
+        x for x in plain.findings if x.kind == "narrow_accumulation" and "scan" in x.primitive
+    ]
+    assert carried, plain
+    assert ours.counts["narrow_accumulation"] == 0, ours
