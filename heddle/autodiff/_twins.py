@@ -53,7 +53,6 @@ from heddle.programs._interpret import bind, context, inline, plain_jit, run
 from heddle.programs._table import Body, Fact, Rule, has, having, kind, rule
 
 _F32 = np.dtype("float32")
-_IEEE_LIKE = frozenset(np.dtype(d) for d in (jnp.bfloat16, jnp.float16, jnp.float8_e5m2))
 
 # Primitives whose single result copies values of its operands of the result's dtype.
 _COPYING = having(Fact.COPIES)
@@ -343,31 +342,10 @@ def _dot_tangent(params: dict[str, Any]) -> Callable[..., list[Any]]:
 def _exactly(x: Any) -> Any:
     """``x`` (narrow) as float32, with its rounding pinned: XLA may otherwise drop the round trip of
     a narrow result computed in float32 (``xla_allow_excess_precision``) and pass the unrounded
-    float32 value on, so the forward value would differ from the plain program's."""
-    wide = lax.convert_element_type(x, _F32)
-    d = np.dtype(x.dtype)
-    if d not in _IEEE_LIKE:  # reduce_precision models formats with inf only
-        return wide
-    info = jnp.finfo(d)
-    pinned = lax.reduce_precision(wide, exponent_bits=info.nexp, mantissa_bits=info.nmant)
-    if info.nexp == 8:  # bfloat16's subnormals are float32's: reduce_precision keeps them
-        return pinned
-    # reduce_precision flushes the format's subnormals (float16 below 2**-14) to zero: there the
-    # value is rounded to a multiple of the smallest subnormal (a power of two: exact scalings)
-    sub = _on_grid(wide, float(info.smallest_subnormal))
-    return lax.select(lax.abs(wide) < float(info.smallest_normal), sub, pinned)
-
-
-@functools.partial(jax.custom_jvp, nondiff_argnums=(1,))
-def _on_grid(x: Any, step: float) -> Any:
-    """``x`` rounded to the nearest multiple of the power of two ``step`` (ties to even; the sign
-    of zero kept), with derivative 1, as ``reduce_precision``'s."""
-    return lax.round(x * (1 / step), lax.RoundingMethod.TO_NEAREST_EVEN) * step
-
-
-@_on_grid.defjvp
-def _on_grid_jvp(step: float, primals: Any, tangents: Any) -> tuple[Any, Any]:
-    return _on_grid(primals[0], step), tangents[0]
+    float32 value on, so the forward value would differ from the plain program's. The narrow value
+    crosses an ``optimization_barrier``, which XLA does not look through: the widening reads the
+    rounded value, subnormals included, at the cost of one conversion (no rounding recomputed)."""
+    return lax.convert_element_type(lax.optimization_barrier(x), _F32)
 
 
 def _straight_through(tangent: Callable[..., list[Any]]) -> Callable[..., list[Any]]:
