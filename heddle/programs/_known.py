@@ -151,6 +151,9 @@ KNOWN_CALLS: tuple[Known, ...] = (
     Known("scipy.stats.chi2.logcdf", scalars=("df", *_LOC_SCALE), rounded=True),
     Known("scipy.stats.beta.logcdf", scalars=("a", "b", *_LOC_SCALE), rounded=True),
     Known("scipy.stats.t.logpdf", scalars=("df", *_LOC_SCALE), rounded=True),
+    Known("scipy.stats.t.pdf", scalars=("df", *_LOC_SCALE), rounded=True),
+    Known("scipy.stats.vonmises.pdf", scalars=("kappa",), rounded=True),
+    Known("scipy.stats.vonmises.logpdf", scalars=("kappa",), rounded=True),
     Known("scipy.special.hyp1f1", scalars=("a", "b"), rounded=True, operand="x"),
     # heddle's series and asymptotic branches (JAX's float32 series: NaN or 1-ulp differences)
     *_each("scipy.special.exp1 scipy.special.expi"),

@@ -225,6 +225,9 @@ def test_the_class_is_the_known_calls():
         "scipy.stats.beta.logcdf",
         "scipy.stats.t.logpdf",
         "scipy.special.hyp1f1",
+        "scipy.stats.t.pdf",
+        "scipy.stats.vonmises.pdf",
+        "scipy.stats.vonmises.logpdf",
     }
     # several array inputs (tests/programs/test_autocast_several_inputs.py)
     several = {k.name for k in _known.KNOWN_CALLS if len(k.inputs) > 1 or k.inputs[0] > 1}

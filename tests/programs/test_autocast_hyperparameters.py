@@ -178,6 +178,9 @@ def test_the_class_is_the_known_calls_with_scalars():
         "scipy.stats.beta.logcdf",
         "scipy.stats.t.logpdf",
         "scipy.special.hyp1f1",
+        "scipy.stats.t.pdf",
+        "scipy.stats.vonmises.pdf",
+        "scipy.stats.vonmises.logpdf",
     }
     swept = {"scipy.stats.expon.logcdf", "scipy.stats.gumbel_l.logcdf"}  # loc and scale
     with_scalars = {k.name for k in _known.KNOWN_CALLS if k.scalars}
