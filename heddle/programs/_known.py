@@ -283,15 +283,22 @@ def _vmapped(
     equinox's ``jax.vmap(model)``) traces to, evaluated as heddle's function under the same
     ``vmap``s. ``batched`` (one ``vmap``): which inputs it maps, the others passed whole
     (``in_axes=(0, None)``); every input where it is None."""
-    jfn, hfn = c.traced, c.evaluate
     mapped = batched if batched is not None else (True,) * len(c.inputs)
-    for level in range(k):
-        at: Any = axis if level == k - 1 else 0
-        if batched is not None:
-            at = tuple(at if m else None for m in mapped)
-        jfn, hfn = jax.vmap(jfn, in_axes=at), jax.vmap(hfn, in_axes=at)
+    at = [axis if level == k - 1 else 0 for level in range(k)]
+    if batched is not None:
+        at = [tuple(a if m else None for m in mapped) for a in at]
+
+    def lift(fn: Callable[..., Any]) -> Callable[..., Any]:
+        def f(*xs: Any, **kw: Any) -> Any:  # ``kw``: the scalars read back, outside the vmaps
+            g = lambda *ys: c.call(fn, *ys, **kw)
+            for a in at:
+                g = jax.vmap(g, in_axes=a)
+            return g(*xs)
+
+        return f
+
     ranks = tuple(rank + k * m for rank, m in zip(c.inputs, mapped, strict=True))
-    return _Candidate(jfn, hfn, (), inputs=ranks)
+    return _Candidate(lift(c.jax_fn), lift(c.heddle_fn), (), c.scalars, c.rounded, inputs=ranks)
 
 
 @functools.cache
@@ -836,12 +843,14 @@ def _batched(
             for k, axis, mapped in maps:
                 for a in c.along(ndim - k):
                     vc = _vmapped(a, k, axis, mapped)
-                    t = _trace(vc, avals)
-                    hit = (
-                        None if t is None else _recognise(vc, t, t.entry, jaxpr, i, end, xs, frame)
-                    )
-                    if hit is not None and (best is None or hit.size > best.size):
-                        best = hit
+                    read = _with_scalars(vc, avals, None, jaxpr, i, end, frame)
+                    for given in (vc, *read):  # with scalars read back from the program
+                        t = _trace(given, avals)
+                        if t is None:
+                            continue
+                        hit = _recognise(given, t, t.entry, jaxpr, i, end, xs, frame)
+                        if hit is not None and (best is None or hit.size > best.size):
+                            best = hit
     return best
 
 
