@@ -284,7 +284,7 @@ def _vmapped(
     ``vmap``s. ``batched`` (one ``vmap``): which inputs it maps, the others passed whole
     (``in_axes=(0, None)``); every input where it is None."""
     mapped = batched if batched is not None else (True,) * len(c.inputs)
-    at = [axis if level == k - 1 else 0 for level in range(k)]
+    at: list[Any] = [axis if level == k - 1 else 0 for level in range(k)]
     if batched is not None:
         at = [tuple(a if m else None for m in mapped) for a in at]
 
