@@ -144,8 +144,7 @@ def value_and_grad(
         a power of two that puts its largest magnitude in ``[2**14, 2**15)``, undone exactly on
         the float32 result), so they run at the narrow dtype's speed (tensor cores) with float32
         accumulation; the cotangent itself stays float32 and never underflows, its precision
-        inside those contractions is the narrow dtype's. Under explicitly sharded axes the
-        default is used. See docs/autodiff.md.
+        inside those contractions is the narrow dtype's. See docs/autodiff.md.
 
     Returns:
       A function returning ``(value, grads)`` or ``((value, aux), grads)``.

@@ -22,8 +22,9 @@ default. What is given up against the default is the cotangent's precision insid
 same cotangent to the narrow dtype without a scale (and rounds the results too), nothing but the
 last bit of a float16 cotangent whose largest element is within a factor 2 of 65504.
 
-Contractions whose operands are not both bfloat16 or both float16 (float8, mixed dtypes), and any
-under explicitly sharded mesh axes, keep the default rule. The rule is a ``jax.custom_vjp`` whose
+Contractions whose operands are not both bfloat16 or both float16 (float8, mixed dtypes) keep the
+default rule. Under explicit mesh axes each backward contraction names its result's sharding, the
+operand's, as JAX's own transpose rule does. The rule is a ``jax.custom_vjp`` whose
 backward contractions are themselves differentiable: differentiated again (forward over reverse,
 ``jax.jvp`` of a gradient), they are the same contractions in float32. Inside the float32 version
 of a ``scan``, ``while`` or ``cond`` body (``_widen``), a contraction of two bfloat16 or two float16
@@ -73,13 +74,18 @@ def active() -> bool:
 
 
 def applies(lhs_dtype: Any, rhs_dtype: Any) -> bool:
-    """Whether a contraction of these operand dtypes runs its backward pass narrow when scaled
-    (not under explicitly sharded axes, whose contractions need their result shardings named)."""
+    """Whether a contraction of these operand dtypes runs its backward pass narrow when scaled."""
     d = np.dtype(lhs_dtype)
-    if d != np.dtype(rhs_dtype) or d not in SCALED_DTYPES:
-        return False
+    return d == np.dtype(rhs_dtype) and d in SCALED_DTYPES
+
+
+def shardings(lhs: Any, rhs: Any) -> tuple[Any, Any] | None:
+    """The operands' shardings where the mesh has explicit axes (the backward contractions must
+    name their results' shardings there, the operands'), else None."""
     mesh = jax.sharding.get_abstract_mesh()
-    return mesh.empty or AxisType.Explicit not in mesh.axis_types
+    if mesh.empty or AxisType.Explicit not in mesh.axis_types:
+        return None
+    return jax.typeof(lhs).sharding, jax.typeof(rhs).sharding
 
 
 def _pow2(k: jax.Array) -> jax.Array:
@@ -118,12 +124,15 @@ def _matmul(a: jax.Array, b: jax.Array, precision: Any) -> jax.Array:
     return lax.dot_general(a, b, dims, precision, preferred_element_type=_F32)
 
 
-def _transposed(ct: jax.Array, other: jax.Array, dims: Any, side: int, precision: Any) -> jax.Array:
+def _transposed(
+    ct: jax.Array, other: jax.Array, dims: Any, side: int, precision: Any, sharding: Any
+) -> jax.Array:
     """The float32 cotangent of operand ``side`` (0: lhs, 1: rhs) of a ``dot_general`` with
     dimension numbers ``dims`` for ``ct`` (axes: batch, lhs free, rhs free), ``other`` the other
-    operand: ``ct`` contracted with ``other`` over its free axes, accumulated in float32, as a
-    batched matmul whose result is put back in the operand's shape and axis order (JAX's
-    transpose rule)."""
+    operand: ``ct`` contracted with ``other`` over its free axes, accumulated in float32, put
+    back in the operand's shape and axis order (JAX's transpose rule). ``sharding`` (explicit
+    mesh axes): the operand's, which the contraction names as its result's; None: the
+    contraction is a batched matmul, the layout every backend's narrow kernels take."""
     (lc, rc), (lb, rb) = dims if side == 0 else ((dims[0][1], dims[0][0]), (dims[1][1], dims[1][0]))
     # from here on "l" is the operand whose cotangent this is, "r" the other
     r_kept = _kept(other.ndim, rc, rb)
@@ -138,6 +147,8 @@ def _transposed(ct: jax.Array, other: jax.Array, dims: Any, side: int, precision
         shape[i] = ct.shape[(nb + j) if side == 0 else (nb + len(r_kept) + j)]
     for j, i in enumerate(lc):
         shape[i] = other.shape[rc[j]]
+    if sharding is not None:
+        return _named(ct, other, (lc, rc, lb, rb), (l_kept, r_kept), side, precision, sharding)
     b, m = _size(shape, lb), _size(shape, l_kept)
     n, k = _size(other.shape, r_kept), _size(shape, lc)
     if side == 0:  # ct (B, M, N) @ rhs^T (B, N, K)
@@ -150,23 +161,55 @@ def _transposed(ct: jax.Array, other: jax.Array, dims: Any, side: int, precision
     return lax.transpose(out, tuple(int(i) for i in np.argsort(order)))
 
 
+def _named(
+    ct: jax.Array, other: jax.Array, axes: Any, kept: Any, side: int, precision: Any, sharding: Any
+) -> jax.Array:
+    """``_transposed`` as one ``dot_general`` naming its result's sharding: the operand's, its
+    axes in the order the contraction produces them (batch, free, contracted)."""
+    lc, rc, lb, rb = axes
+    l_kept, r_kept = kept
+    nb = len(lb)
+    ct_r = range(nb, nb + len(r_kept)) if side == 1 else range(ct.ndim - len(r_kept), ct.ndim)
+    order = [*lb, *l_kept, *np.take(lc, np.argsort(rc)).tolist()]
+    spec = tuple(sharding.spec) + (None,) * (len(order) - len(sharding.spec))
+    named = sharding.update(spec=sharding.spec.update(partitions=tuple(spec[i] for i in order)))
+    out = lax.dot_general(
+        ct,
+        other,
+        ((tuple(ct_r), tuple(r_kept)), (tuple(range(nb)), tuple(rb))),
+        precision,
+        preferred_element_type=_F32,
+        out_sharding=named,
+    )
+    return lax.transpose(out, tuple(int(i) for i in np.argsort(order)))
+
+
 def transposes(
-    ct: jax.Array, lhs: jax.Array | None, rhs: jax.Array | None, dims: Any, precision: Any
+    ct: jax.Array,
+    lhs: jax.Array | None,
+    rhs: jax.Array | None,
+    dims: Any,
+    precision: Any,
+    shardings: tuple[Any, Any] | None = None,
 ) -> tuple[jax.Array | None, jax.Array | None]:
     """The float32 cotangents of the two operands (both of one narrow dtype) for the float32
     cotangent ``ct`` of ``dot_general(lhs, rhs, dims, preferred_element_type=float32)``, each
     contraction reading ``ct`` narrowed (``narrowed``). An operand given as None is not needed:
-    the other's cotangent is not computed (None). Differentiated again (forward over reverse: a
+    the other's cotangent is not computed (None). ``shardings``: the operands' (``shardings``),
+    named as their cotangents'. Differentiated again (forward over reverse: a
     Hessian-vector product), they are the same contractions in float32."""
     arrays = [a for a in (lhs, rhs) if a is not None]
     if not arrays:
         return None, None
-    outs = iter(_transposes(dims, precision, lhs is not None, rhs is not None)(ct, *arrays))
+    f = _transposes(dims, precision, lhs is not None, rhs is not None, shardings)
+    outs = iter(f(ct, *arrays))
     return (next(outs) if rhs is not None else None), (next(outs) if lhs is not None else None)
 
 
 @functools.cache
-def _transposes(dims: Any, precision: Any, has_lhs: bool, has_rhs: bool) -> Any:
+def _transposes(
+    dims: Any, precision: Any, has_lhs: bool, has_rhs: bool, shardings: tuple[Any, Any] | None
+) -> Any:
     """``f(ct, *operands)``: the list of cotangents ``transposes`` gives, with a float32 derivative."""
 
     def split(operands: Any) -> tuple[Any, Any]:
@@ -181,11 +224,12 @@ def _transposes(dims: Any, precision: Any, has_lhs: bool, has_rhs: bool) -> Any:
             lhs, rhs = (None if a is None else a.astype(_F32) for a in (lhs, rhs))
         else:
             narrow, unscale = narrowed(ct, d)
+        named = shardings or (None, None)
         out = []
         if rhs is not None:
-            out.append(_transposed(narrow, rhs, dims, 0, precision))
+            out.append(_transposed(narrow, rhs, dims, 0, precision, named[0]))
         if lhs is not None:
-            out.append(_transposed(narrow, lhs, dims, 1, precision))
+            out.append(_transposed(narrow, lhs, dims, 1, precision, named[1]))
         return out if unscale is None else [o * unscale for o in out]
 
     @jax.custom_jvp
@@ -201,9 +245,10 @@ def _transposes(dims: Any, precision: Any, has_lhs: bool, has_rhs: bool) -> Any:
 
 
 @functools.cache
-def contraction(dims: Any, precision: Any, out_sharding: Any) -> Any:
+def contraction(dims: Any, precision: Any, out_sharding: Any, named: Any = None) -> Any:
     """``f(lhs, rhs, lhs32, rhs32)``: ``dot_general(lhs, rhs)`` with a float32 result, whose
-    cotangent reaches the float32 twins ``lhs32``/``rhs32`` through ``transposes``."""
+    cotangent reaches the float32 twins ``lhs32``/``rhs32`` through ``transposes``; ``named``:
+    the operands' ``shardings``."""
     kw = dict(
         dimension_numbers=dims,
         precision=precision,
@@ -221,7 +266,7 @@ def contraction(dims: Any, precision: Any, out_sharding: Any) -> Any:
         return out, _residuals(lhs.value, rhs.value, lhs32.perturbed, rhs32.perturbed)
 
     def bwd(res: Any, ct: Any) -> tuple[Any, ...]:
-        return None, None, *_pullback(res, ct, dims, precision)
+        return None, None, *_pullback(res, ct, dims, precision, named)
 
     f.defvjp(fwd, bwd, symbolic_zeros=True)
     return f
@@ -232,12 +277,12 @@ def _residuals(lhs: Any, rhs: Any, want_lhs: bool, want_rhs: bool) -> tuple[Any,
     return (lhs if want_rhs else None), (rhs if want_lhs else None)
 
 
-def _pullback(res: Any, ct: Any, dims: Any, precision: Any) -> tuple[Any, Any]:
+def _pullback(res: Any, ct: Any, dims: Any, precision: Any, named: Any) -> tuple[Any, Any]:
     """The float32 cotangents of the twins (None where not wanted, or where ``ct`` is zero)."""
     lhs, rhs = res
     if isinstance(ct, SymbolicZero):
         return None, None
-    return transposes(ct, lhs, rhs, dims, precision)
+    return transposes(ct, lhs, rhs, dims, precision, named)
 
 
 def widened(eqn: Any, args: Any) -> list[Any] | None:
@@ -250,15 +295,18 @@ def widened(eqn: Any, args: Any) -> list[Any] | None:
     d = np.dtype(lhs.aval.dtype)
     p = eqn.params
     precision = runnable_precision(p["precision"])
-    f = contraction(p["dimension_numbers"], precision, p.get("out_sharding"))
-    return [f(args[0].astype(d), args[1].astype(d), args[0], args[1])]
+    narrow = [a.astype(d) for a in args]
+    f = contraction(p["dimension_numbers"], precision, p.get("out_sharding"), shardings(*narrow))
+    return [f(*narrow, *args)]
 
 
 @functools.cache
-def narrow_result(dims: Any, precision: Any, exactly: Callable[[Any], Any]) -> Any:
+def narrow_result(
+    dims: Any, precision: Any, exactly: Callable[[Any], Any], named: Any = None
+) -> Any:
     """``f(out, lhs32, rhs32, lhs, rhs)``: ``exactly(out)``, the float32 twin of ``out``, the narrow
     result of ``dot_general(lhs, rhs, dims)``; its cotangent reaches the float32 twins
-    ``lhs32``/``rhs32`` through ``transposes``."""
+    ``lhs32``/``rhs32`` through ``transposes``; ``named``: the operands' ``shardings``."""
 
     @jax.custom_vjp
     def f(out: Any, lhs32: Any, rhs32: Any, lhs: Any, rhs: Any) -> Any:
@@ -270,7 +318,7 @@ def narrow_result(dims: Any, precision: Any, exactly: Callable[[Any], Any]) -> A
         return exactly(out.value), res
 
     def bwd(res: Any, ct: Any) -> tuple[Any, ...]:
-        return None, *_pullback(res, ct, dims, precision), None, None
+        return None, *_pullback(res, ct, dims, precision, named), None, None
 
     f.defvjp(fwd, bwd, symbolic_zeros=True)
     return f

@@ -132,8 +132,12 @@ def _dot(frame: Frame, eqn: Any) -> bool:
     p = _dot_params(eqn)
     lw, rw = twin(lhs, dl), twin(rhs, dr)
     if _scaled.active() and _scaled.applies(dl, dr) and out_dtype == _F32:
-        f = _scaled.contraction(p["dimension_numbers"], p["precision"], p.get("out_sharding"))
-        frame.write(eqn.outvars[0], f(frame.read(lhs), frame.read(rhs), lw, rw))
+        narrow = frame.read(lhs), frame.read(rhs)
+        named = _scaled.shardings(*narrow)
+        f = _scaled.contraction(
+            p["dimension_numbers"], p["precision"], p.get("out_sharding"), named
+        )
+        frame.write(eqn.outvars[0], f(*narrow, lw, rw))
     else:
         frame.write(eqn.outvars[0], contract(frame.read(lhs), frame.read(rhs), lw, rw, **p))
     return True
@@ -285,7 +289,8 @@ def _wide_twins(
     dot = has(eqn.primitive.name, Fact.DOT) and len(floats) == 2
     if dot and scaled and _scaled.applies(*(dtype_of(a) for a in eqn.invars)):
         p = _dot_params(eqn)
-        f = _scaled.narrow_result(p["dimension_numbers"], p["precision"], _exactly)
+        named = _scaled.shardings(*ins)
+        f = _scaled.narrow_result(p["dimension_numbers"], p["precision"], _exactly, named)
         ((_, v),) = outs
         return {v: f(narrow[0], *wide, *ins)}
 

@@ -78,7 +78,7 @@ def _widen_aval(a: Any) -> Any:
     d = getattr(a, "dtype", None)
     if d is None or not is_narrow(d):
         return a
-    return jax.ShapeDtypeStruct(a.shape, _F32, weak_type=getattr(a, "weak_type", False))
+    return a.update(dtype=_F32)  # its shape, weak type and sharding (explicit mesh axes) kept
 
 
 def widen_closed(closed: Any) -> Any:

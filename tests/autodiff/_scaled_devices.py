@@ -1,7 +1,11 @@
 """``contractions="scaled"`` on 8 host devices: batch-sharded inputs under an explicit mesh (JAX's
-default axis type) and an auto one, FSDP-style sharded weights; run as a script by
+default axis type) and an auto one, FSDP-style sharded weights, a scan over layers, contractions
+with batch dimensions; run as a script by
 test_ad_scaled.py. The reference is the float32 contractions' gradient (the default), which the
-scaled one must match to the narrow cotangent's precision. Prints one JSON line."""
+scaled one must match to the narrow cotangent's precision; every contraction of the scaled
+gradient must read two narrow operands and each gradient keep its weight's sharding
+(explicit axes). Prints one
+JSON line: per case, the relative error, or what went wrong."""
 
 from __future__ import annotations
 
@@ -19,12 +23,41 @@ from heddle import autodiff
 def loss(w, x):
     h = jnp.tanh(jnp.matmul(x, w["a"].astype(x.dtype), preferred_element_type=jnp.float32))
     y = jnp.matmul(h.astype(x.dtype), w["b"].astype(x.dtype))  # a narrow-output contraction
-    return jnp.mean(y.astype(jnp.float32) ** 2)
+
+    def layer(y, c):  # a scan over layers: its body's contractions
+        return jnp.tanh(jnp.matmul(y, c.astype(y.dtype))), None
+
+    y, _ = jax.lax.scan(layer, y, w["c"])
+    q, k = w["q"].astype(x.dtype), w["k"].astype(x.dtype)  # batch dimensions
+    s = jnp.einsum("bqd,bkd->bqk", q, k, preferred_element_type=jnp.float32)
+    t = jnp.einsum("bqk,bkd->bqd", jnp.tanh(s).astype(x.dtype), k)
+    return jnp.mean(y.astype(jnp.float32) ** 2) + jnp.mean(t.astype(jnp.float32) ** 2)
+
+
+def dot_operands(closed) -> set[tuple[str, str]]:
+    """The operand dtypes of every dot_general of a jaxpr, bodies included."""
+    found = set()
+
+    def walk(jaxpr):
+        for e in jaxpr.eqns:
+            if e.primitive.name == "dot_general":
+                found.add(tuple(jnp.dtype(v.aval.dtype).name for v in e.invars))
+            for q in e.params.values():
+                for sub in q if isinstance(q, (list, tuple)) else (q,):
+                    inner = getattr(sub, "jaxpr", sub)
+                    if hasattr(inner, "eqns"):
+                        walk(inner)
+
+    walk(closed.jaxpr)
+    return found
 
 
 def main() -> None:
     rng = np.random.default_rng(0)
     w64 = {"a": rng.standard_normal((16, 32)) / 4, "b": rng.standard_normal((32, 8)) / 6}
+    w64 |= {"c": rng.standard_normal((3, 8, 8)) / 3}
+    w64 |= {n: rng.standard_normal((8, 16, 32)) / 4 for n in "qk"}
+    fixed = {"c": P(), "q": P("data"), "k": P("data")}  # stacked layers; batch-sharded
     x64 = rng.standard_normal((64, 16))
     results = {}
     for types in (AxisType.Explicit, AxisType.Auto):
@@ -33,14 +66,26 @@ def main() -> None:
             for wspec in (P(), P("data")):  # replicated, and FSDP-style sharded weights
                 x = jax.device_put(jnp.asarray(x64, dtype), NamedSharding(mesh, P("data")))
                 w = {
-                    k: jax.device_put(jnp.asarray(v, jnp.float32), NamedSharding(mesh, wspec))
+                    k: jax.device_put(
+                        jnp.asarray(v, jnp.float32), NamedSharding(mesh, fixed.get(k, wspec))
+                    )
                     for k, v in w64.items()
                 }
                 name = f"{types.name}-{jnp.dtype(dtype).name}-{'fsdp' if wspec else 'repl'}"
                 try:
                     with jax.set_mesh(mesh):
                         want = jax.jit(autodiff.grad(loss))(w, x)
-                        got = jax.jit(autodiff.grad(loss, contractions="scaled"))(w, x)
+                        scaled = autodiff.grad(loss, contractions="scaled")
+                        got = jax.jit(scaled)(w, x)
+                        reads = dot_operands(jax.make_jaxpr(scaled)(w, x))
+                    narrow = jnp.dtype(dtype).name
+                    if reads != {(narrow, narrow)}:
+                        results[name] = f"contractions read {sorted(reads)}"
+                        continue
+                    kept = [got[k].sharding.is_equivalent_to(w[k].sharding, w[k].ndim) for k in w]
+                    if types == AxisType.Explicit and not all(kept):
+                        results[name] = f"shardings {[got[k].sharding.spec for k in w64]}"
+                        continue
                     err = max(
                         float(np.abs(np.asarray(got[k]) - np.asarray(want[k])).max())
                         / float(np.abs(np.asarray(want[k])).max())

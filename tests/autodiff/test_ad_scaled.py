@@ -316,9 +316,11 @@ def test_vjp_and_jacrev_take_it():
 
 
 def test_sharded_inputs_on_8_devices(on_8_devices):
-    """Explicit axes (jax.make_mesh's default) keep the float32 rule, whose contractions name their
-    shardings; auto axes run scaled; batch-sharded inputs, replicated and FSDP-sharded weights.
-    (Before: explicit axes raised ShardingTypeError.)"""
+    """Explicit axes (jax.make_mesh's default) and auto axes run scaled: every contraction reads
+    two narrow operands, and under explicit axes each gradient keeps its weight's sharding;
+    batch-sharded inputs, replicated and FSDP-sharded weights, a scan over layers, batch
+    dimensions. (Before: explicit axes raised ShardingTypeError, then kept the float32 rule; a
+    scan under explicit axes raised TypeError, with either rule.)"""
     results = on_8_devices(pathlib.Path(__file__).with_name("_scaled_devices.py"))
     assert len(results) == 8
     for name, err in results.items():
