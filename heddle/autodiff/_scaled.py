@@ -46,7 +46,7 @@ from jax import lax
 from jax.custom_derivatives import SymbolicZero
 from jax.sharding import AxisType
 
-from heddle.ops.lowering import runnable_precision
+from heddle.ops.lowering import dot_needs_widening, runnable_precision
 
 _F32 = np.dtype("float32")
 SCALED_DTYPES = frozenset(np.dtype(d) for d in (jnp.bfloat16, jnp.float16))
@@ -165,7 +165,8 @@ def _named(
     ct: jax.Array, other: jax.Array, axes: Any, kept: Any, side: int, precision: Any, sharding: Any
 ) -> jax.Array:
     """``_transposed`` as one ``dot_general`` naming its result's sharding: the operand's, its
-    axes in the order the contraction produces them (batch, free, contracted)."""
+    axes in the order the contraction produces them (batch, free, contracted). Where XLA:CPU has
+    no narrow kernel for the dot, its operands are widened exactly first (the same value)."""
     lc, rc, lb, rb = axes
     l_kept, r_kept = kept
     nb = len(lb)
@@ -173,13 +174,11 @@ def _named(
     order = [*lb, *l_kept, *np.take(lc, np.argsort(rc)).tolist()]
     spec = tuple(sharding.spec) + (None,) * (len(order) - len(sharding.spec))
     named = sharding.update(spec=sharding.spec.update(partitions=tuple(spec[i] for i in order)))
+    dims = ((tuple(ct_r), tuple(r_kept)), (tuple(range(nb)), tuple(rb)))
+    if dot_needs_widening(ct, other, dims):  # XLA:CPU has no narrow kernel for it: exact
+        ct, other = ct.astype(_F32), other.astype(_F32)
     out = lax.dot_general(
-        ct,
-        other,
-        ((tuple(ct_r), tuple(r_kept)), (tuple(range(nb)), tuple(rb))),
-        precision,
-        preferred_element_type=_F32,
-        out_sharding=named,
+        ct, other, dims, precision, preferred_element_type=_F32, out_sharding=named
     )
     return lax.transpose(out, tuple(int(i) for i in np.argsort(order)))
 
