@@ -106,9 +106,9 @@ def _convert(frame: Frame, eqn: Any) -> bool:
     if params.get("sharding") is not None or _weak(out):
         return False
     s, d = dtype_of(src), np.dtype(params["new_dtype"])
-    if s is None or not _is_float(d):
+    if s is None or not (_is_float(d) or jnp.issubdtype(d, jnp.complexfloating)):
         return False
-    if is_narrow(s) and d.itemsize >= 4:
+    if is_narrow(s) and d.itemsize >= 4:  # to float32, float64 or complex: read the twin
         t = frame.twin(src)
         frame.write(out, t if d == _F32 else lax.convert_element_type(t, d))
         return True

@@ -359,3 +359,34 @@ def test_jitted_value_is_the_plain_value_bit_for_bit(fn):
     value = jax.jit(autodiff.value_and_grad(fn))(x)[0]
     assert np.asarray(value).tobytes() == np.asarray(jax.jit(fn)(x)).tobytes()
     assert np.asarray(value).tobytes() == np.asarray(fn(x)).tobytes()
+
+
+@pytest.mark.parametrize("dtype", NARROW, ids=["f16", "bf16"])
+@pytest.mark.parametrize("to", [F32, jnp.complex64], ids=["float32", "complex64"])
+def test_a_narrow_value_converted_to_a_wide_dtype_keeps_a_float32_cotangent(dtype, to, transform):
+    """A narrow value converted to float32 or to complex64 (``h.astype(jnp.complex64)``): with
+    float32 cotangents the gradient of ``loss * 2**-40`` is the gradient of ``loss`` times
+    2**-40 exactly (powers of two, nothing near float32's limits). Before: complex64 kept h's
+    cotangent narrow, so float16 flushed every element (bfloat16 rounded them)."""
+    rng = np.random.default_rng(3)
+    x = jnp.asarray(rng.standard_normal((4, 32)), dtype)
+    w = jnp.asarray(rng.standard_normal((32, 32)) * 0.2, F32)
+    c = jnp.asarray(rng.standard_normal((4, 32)), F32)
+    rot = jnp.exp(1j * jnp.arange(32, dtype=F32).astype(jnp.complex64))
+
+    def loss(w, scale):
+        h = (x @ w.astype(dtype)).astype(to).astype(jnp.complex64)
+        return jnp.sum((h * rot).real * c) * scale
+
+    def via_float32(w):  # the same value spelled through float32 first
+        h = (x @ w.astype(dtype)).astype(F32).astype(jnp.complex64)
+        return jnp.sum((h * rot).real * c)
+
+    g = transform(autodiff.grad(loss))(w, 1.0)
+    small = transform(autodiff.grad(loss))(w, 2.0**-40)
+    assert g.dtype == F32 and np.asarray(g).any()
+    np.testing.assert_array_equal(np.asarray(small) * 2.0**40, np.asarray(g))
+    # bfloat16 keeps float32's range, so the scaling cannot show its rounding; this can (a
+    # bfloat16 cotangent is off by ~4e-3 of the largest element; float32 sums differ in order)
+    ref = np.asarray(transform(autodiff.grad(via_float32))(w))
+    np.testing.assert_allclose(np.asarray(g), ref, rtol=0, atol=1e-5 * np.abs(ref).max())
