@@ -98,62 +98,37 @@ def main() -> None:
         assert all(g.dtype == dtype for g in jax.tree.leaves(theirs(params, x)))
         for fn in (ours, scaled):
             assert all(g.dtype == jnp.float32 for g in jax.tree.leaves(fn(params, x)))
-        fns = [lambda f=f: f(params, x) for f in (theirs, ours, scaled)]
-        for _ in range(3):
-            jax.block_until_ready([f() for f in fns])
-        (t_theirs, t_ours, t_scaled), (_, r_ours, r_scaled) = rotated(fns, 100)
+        label = f"{name}, {jnp.dtype(dtype).name}, {xp.__name__}"
+        timed = timed_row(label, [lambda f=f: f(params, x) for f in (theirs, ours, scaled)])
         mib = 2.0**20
         (p_t, tmp_t, out_t), (p_o, tmp_o, out_o), (p_s, tmp_s, out_s) = (
             memory(c) for c in (theirs, ours, scaled)
         )
         rows.append(
             [
-                f"{name}, {jnp.dtype(dtype).name}, {xp.__name__}",
-                t_theirs * 1e3,
-                t_ours * 1e3,
-                t_scaled * 1e3,
-                f"**{r_ours:.3f}**",
-                f"**{r_scaled:.3f}**",
+                *timed,
                 f"{p_t / mib:.2f} / {p_o / mib:.2f} / {p_s / mib:.2f}",
                 f"{tmp_t / mib:.2f} / {tmp_o / mib:.2f} / {tmp_s / mib:.2f}",
                 f"{out_t / mib:.2f} / {out_o / mib:.2f} / {out_s / mib:.2f}",
             ]
         )
     steps = train_steps(cases)
+    times = [
+        "model, dtype, namespace",
+        "jax.grad (ms)",
+        "heddle float32 (ms)",
+        "heddle scaled (ms)",
+        "float32 / jax",
+        "scaled / jax",
+    ]
+    memory_cols = ["peak MiB: jax / float32 / scaled", "temporaries MiB", "gradients MiB"]
     print(machine())
     print()
-    print(
-        table(
-            [
-                "model, dtype, namespace",
-                "jax.grad (ms)",
-                "heddle float32 (ms)",
-                "heddle scaled (ms)",
-                "float32 / jax",
-                "scaled / jax",
-                "peak MiB: jax / float32 / scaled",
-                "temporaries MiB",
-                "gradients MiB",
-            ],
-            rows,
-        )
-    )
+    print(table(times + memory_cols, rows))
     print()
     print("Train step: float32 masters cast in the loss, gradient and SGD update in one jax.jit")
     print()
-    print(
-        table(
-            [
-                "model, dtype, namespace",
-                "jax.grad (ms)",
-                "heddle float32 (ms)",
-                "heddle scaled (ms)",
-                "float32 / jax",
-                "scaled / jax",
-            ],
-            steps,
-        )
-    )
+    print(table(times, steps))
 
 
 def train_steps(cases) -> list[list]:
@@ -178,21 +153,19 @@ def train_steps(cases) -> list[list]:
             step(autodiff.grad),
             step(lambda f: autodiff.grad(f, contractions="scaled")),
         ]
-        fns = [lambda c=c: c(masters, x) for c in compiled]
-        for _ in range(3):
-            jax.block_until_ready([f() for f in fns])
-        (t_theirs, t_ours, t_scaled), (_, r_ours, r_scaled) = rotated(fns, 100)
-        rows.append(
-            [
-                f"{name}, {jnp.dtype(dtype).name}, {xp.__name__}",
-                t_theirs * 1e3,
-                t_ours * 1e3,
-                t_scaled * 1e3,
-                f"**{r_ours:.3f}**",
-                f"**{r_scaled:.3f}**",
-            ]
-        )
+        label = f"{name}, {jnp.dtype(dtype).name}, {xp.__name__}"
+        rows.append(timed_row(label, [lambda c=c: c(masters, x) for c in compiled]))
     return rows
+
+
+def timed_row(label: str, fns) -> list:
+    """``label``, the median times (ms) of jax.grad's, heddle's and heddle scaled's programs
+    ``fns`` after warm-up, and the two ratios to jax.grad's (100 rotating rounds)."""
+    for _ in range(3):
+        jax.block_until_ready([f() for f in fns])
+    (t_theirs, t_ours, t_scaled), (_, r_ours, r_scaled) = rotated(fns, 100)
+    ms = [t * 1e3 for t in (t_theirs, t_ours, t_scaled)]
+    return [label, *ms, f"**{r_ours:.3f}**", f"**{r_scaled:.3f}**"]
 
 
 if __name__ == "__main__":

@@ -140,6 +140,8 @@ def _transposed(
     n_kept = ct.ndim - nb - len(r_kept)
     ndim = nb + n_kept + len(lc)
     l_kept = _kept(ndim, lc, lb)
+    if sharding is not None:
+        return _named(ct, other, (lc, rc, lb, rb), (l_kept, r_kept), side, precision, sharding)
     shape = [0] * ndim
     for j, i in enumerate(lb):
         shape[i] = ct.shape[j]
@@ -147,8 +149,6 @@ def _transposed(
         shape[i] = ct.shape[(nb + j) if side == 0 else (nb + len(r_kept) + j)]
     for j, i in enumerate(lc):
         shape[i] = other.shape[rc[j]]
-    if sharding is not None:
-        return _named(ct, other, (lc, rc, lb, rb), (l_kept, r_kept), side, precision, sharding)
     b, m = _size(shape, lb), _size(shape, l_kept)
     n, k = _size(other.shape, r_kept), _size(shape, lc)
     if side == 0:  # ct (B, M, N) @ rhs^T (B, N, K)
