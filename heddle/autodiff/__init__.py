@@ -39,9 +39,11 @@ interpreter core autocast runs on, ``heddle.programs._interpret``): every
 ``convert(v -> float32)`` of a narrow ``v`` returns ``v``'s twin, one variable shared by all uses, so
 JAX's own ``add_any`` sums the uses in float32; value-copying ops (reshape, transpose, slicing,
 gather, ...) apply themselves to the twins; ``dot_general`` on narrow operands with a float32 result
-takes its tangent through the twins (``_rules.contract``); and every other equation with a narrow
+takes its tangent through the twins (``_rules.contract``); every other equation with a narrow
 result gives it a twin whose value is the result, exactly, and whose derivative is the equation's
-computed in float32 (``_widen``: narrow dtypes in parameters and literals become float32, bodies of
+computed in float32, and one that reads narrow values into a float32 result (a convolution or a
+ragged dot with ``preferred_element_type=float32``, a ``scan`` with a float32 carry and narrow
+layers inside) keeps its value and takes the same float32 derivative (``_widen``: narrow dtypes in parameters and literals become float32, bodies of
 ``jit``, ``cond``, ``scan`` and ``while`` are widened recursively, a ``custom_jvp`` function keeps its
 rule, widened; a rounding to a narrow dtype has derivative 1). The primal computations are bound
 unchanged, so the forward pass is bit for bit the plain one, and XLA removes the twins that nothing
@@ -52,7 +54,7 @@ one sees the inner one's backward pass as ordinary equations with twins of their
 tangents follow the same rule as cotangents.
 
 ``jax.checkpoint`` is kept (re-applied around the evaluation, with the twins of its inputs passed in
-and those of its narrow results returned).
+and those of its narrow results returned), whenever narrow values cross it or live inside it.
 
 Backward contractions: by default the two contractions that transpose a narrow contraction read
 its float32 cotangent (float32 matmuls). ``contractions="scaled"`` (``grad``, ``value_and_grad``,

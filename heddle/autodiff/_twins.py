@@ -3,8 +3,7 @@
 This is the mechanism of heddle.autodiff (see the package docstring for why it is needed): a rule set
 on the interpreter core autocast runs on (``heddle.programs._interpret``: its run loop, frame and
 inline descent). The function is traced once to a jaxpr; the jaxpr is then evaluated equation by
-equation, binding the same
-primitives with the same parameters, so every primal value is bit for bit the one the plain call
+equation, binding the same primitives with the same parameters, so every primal value is bit for bit the one the plain call
 computes. Beside each narrow float variable ``v`` (bfloat16, float16, float8, float4) the evaluator
 can produce its *twin*: one float32 array with exactly ``v``'s values, shared by every use. Four
 rewrites use the twins; everything else is bound unchanged:
@@ -19,16 +18,20 @@ rewrites use the twins; everything else is bound unchanged:
 3. Operations that only copy values (reshape, transpose, broadcast, slicing, gather, concatenate,
    pad, select, neg, abs, max, min, ...) give their result the same operation applied to the twins.
 4. Every other equation with a narrow float result gives it the twin ``convert(result, float32)``
-   whose derivative is the equation's own computed in float32 (``_widen``; a narrow-result
-   contraction's tangent reads the narrow operands): the cotangent of every narrow value is float32,
-   so none is flushed by a narrow format's range. Where an equation has no float32 version
-   (``custom_vjp``, bit casts, ``shard_map`` bodies), its result's twin is the plain conversion and
-   its derivative JAX's own.
+   whose derivative is the equation's own computed in float32 (``_widen``; a contraction's tangent
+   reads the narrow operands): the cotangent of every narrow value is float32, so none is flushed
+   by a narrow format's range. An equation that reads narrow values (operands, or values inside its
+   bodies) into a float32 or wider result (a convolution or ragged dot with
+   ``preferred_element_type=float32``, a ``scan`` with a float32 carry) keeps that result's value
+   and gives it the same float32 derivative. Where an equation has no float32 version
+   (``custom_vjp``, bit casts, ``shard_map`` bodies), its results keep JAX's own derivative.
 
 Twins are created lazily: a twin nobody asks for is never computed. Calls to ``jax.jit``-compiled
 functions without sharding annotations are evaluated inline so the rewrites reach inside them;
-``jax.checkpoint`` is re-applied around an evaluation with twins for the inputs that have one, so its rematerialisation is kept. Other higher-order primitives (``scan``, ``while``,
-``cond``, custom_jvp functions) are bound unchanged; rule 4 widens them for the derivative.
+``jax.checkpoint`` that narrow values cross or live in is re-applied around an evaluation with
+twins for the inputs that have one, so its rematerialisation is kept. Other higher-order primitives
+(``scan``, ``while``, ``cond``, custom_jvp functions) are bound unchanged; rule 4 widens them for the
+derivative.
 """
 
 from __future__ import annotations
@@ -46,10 +49,10 @@ from jax.extend import core as jex_core
 
 from heddle.autodiff import _scaled
 from heddle.autodiff._rules import contract, like
-from heddle.autodiff._widen import is_narrow, widen_bind
+from heddle.autodiff._widen import is_narrow, widen_bind, widen_value
 from heddle.ops.lowering import runnable_precision
 from heddle.programs._frame import Frame, Once, dtype_of
-from heddle.programs._interpret import bind, context, inline, plain_jit, run
+from heddle.programs._interpret import bind, context, inline, plain_jit, run, subjaxprs
 from heddle.programs._table import Body, Fact, Rule, has, having, kind, rule
 
 _F32 = np.dtype("float32")
@@ -171,13 +174,14 @@ def _bound(frame: Frame, eqn: Any) -> bool:
 def _remat(frame: Frame, eqn: Any) -> bool:
     """``jax.checkpoint``: re-wrapped around an evaluation with twins, for the inputs that have one
     (computed or pending), returning the twins of its narrow results too, so cotangents cross the
-    checkpoint both ways in float32."""
+    checkpoint both ways in float32 and stay float32 inside it. A checkpoint with no narrow value
+    in or out is bound as it is."""
     p = eqn.params
     jaxpr = p["jaxpr"]
     if jaxpr.constvars:
         return False
     with_twin = [i for i, a in enumerate(eqn.invars) if frame.has_twin(a)]  # never a literal
-    if not with_twin:
+    if not with_twin and not _holds_narrow(jaxpr):
         return False
     narrow_out = [j for j, v in enumerate(jaxpr.outvars) if _is_narrow_atom(v)]
 
@@ -233,34 +237,55 @@ def _copying_twin(frame: Frame, eqn: Any) -> None:
 
 
 def _derived_twin(frame: Frame, eqn: Any) -> None:
-    """Twins for the narrow float outputs of any other equation with a float input.
+    """Twins for the narrow float outputs of any other equation with a float input, and float32
+    derivatives for its wide float outputs where it reads a narrow value.
 
     Each twin is ``convert(output, float32)`` (its value, exactly) whose derivative is the float32
     version of the equation's (``_widen``), so the cotangent of a narrow value is float32 and the
-    backward pass of the equation runs at full width. Where the equation has no float32 version, its
-    outputs keep the default twin (JAX's own derivative, at the narrow dtype).
+    backward pass of the equation runs at full width. A wide float output (float32 or wider) of an
+    equation with a narrow operand or a body holding narrow values (a convolution with
+    ``preferred_element_type=float32``, a loop with a float32 carry) keeps its value and takes the
+    same float32 derivative, so the cotangents of the narrow values inside are float32 too. Where
+    the equation has no float32 version, its outputs keep JAX's own derivative (narrow).
     """
-    outs = [
-        (k, v)
-        for k, v in enumerate(eqn.outvars)
-        if not isinstance(v, jex_core.DropVar) and _is_narrow_atom(v)
-    ]
+    live = [(k, v) for k, v in enumerate(eqn.outvars) if not isinstance(v, jex_core.DropVar)]
+    narrow_outs = [(k, v) for k, v in live if _is_narrow_atom(v)]
+    wide_outs = [(k, v) for k, v in live if _is_wide_float_atom(v)] if _reads_narrow(eqn) else []
+    outs = narrow_outs + wide_outs
     if not outs or not any(_is_float_atom(a) for a in eqn.invars):
         return
     wide = [frame.twin_ref(a) if _is_narrow_atom(a) else frame.value_ref(a) for a in eqn.invars]
     ins = [frame.value_ref(a) for a in eqn.invars]
-    narrow = [frame.value_ref(v) for _, v in outs]
+    values = [frame.value_ref(v) for _, v in outs]
 
     scaled = _scaled.active()  # read now: a lazy twin may be made after the evaluation
 
     def made() -> dict[Any, Any]:
         return _wide_twins(
-            eqn, outs, [w() for w in wide], [x() for x in ins], [n() for n in narrow], scaled
+            eqn, outs, [w() for w in wide], [x() for x in ins], [n() for n in values], scaled
         )
 
     twins = Once(made, wide)  # one evaluation for all the outputs' twins
-    for _, v in outs:
+    for _, v in narrow_outs:
         frame.defer_twin(v, lambda v=v: twins()[v], (twins,))
+    if wide_outs:  # a value is needed now: the evaluation is not deferred
+        result = twins()
+        for _, v in wide_outs:
+            frame.write(v, result[v])
+
+
+def _reads_narrow(eqn: Any) -> bool:
+    """Whether an equation reads a narrow float value: an operand, or one inside its bodies."""
+    return any(_is_narrow_atom(a) for a in eqn.invars) or any(
+        _holds_narrow(sub) for sub in subjaxprs(eqn.params)
+    )
+
+
+def _holds_narrow(closed: Any) -> bool:
+    jaxpr = getattr(closed, "jaxpr", closed)
+    return any(_is_narrow_atom(v) for e in jaxpr.eqns for v in (*e.invars, *e.outvars)) or any(
+        _holds_narrow(sub) for e in jaxpr.eqns for sub in subjaxprs(e.params)
+    )
 
 
 def _is_float_atom(a: Any) -> bool:
@@ -271,6 +296,11 @@ def _is_float_atom(a: Any) -> bool:
 def _is_narrow_atom(a: Any) -> bool:
     d = dtype_of(a)
     return d is not None and is_narrow(d)
+
+
+def _is_wide_float_atom(a: Any) -> bool:
+    d = dtype_of(a)
+    return d is not None and _is_float(d) and not is_narrow(d)
 
 
 def _wide_twins(
@@ -286,7 +316,9 @@ def _wide_twins(
     backward contractions read its cotangent narrowed (``_scaled``)."""
     floats = [i for i, a in enumerate(eqn.invars) if _is_float_atom(a)]
     picks = [k for k, _ in outs]
-    dot = has(eqn.primitive.name, Fact.DOT) and len(floats) == 2
+    bilinear = rule(eqn.primitive.name) is Rule.CONTRACTION and len(floats) == 2
+    narrow_only = all(_is_narrow_atom(v) for _, v in outs)
+    dot = bilinear and has(eqn.primitive.name, Fact.DOT) and narrow_only
     if dot and scaled and _scaled.applies(*(dtype_of(a) for a in eqn.invars)):
         p = _dot_params(eqn)
         named = _scaled.shardings(*ins)
@@ -302,10 +334,10 @@ def _wide_twins(
         for i, x in zip(floats, xs, strict=True):
             args[i] = x
         res = widen_bind(eqn, args)
-        return [lax.convert_element_type(res[k], _F32) for k in picks]
+        return [widen_value(res[k]) for k in picks]
 
-    if dot:
-        tangent = _dot_tangent(_dot_params(eqn))
+    if bilinear:
+        tangent = _bilinear_tangent(eqn, floats)
     else:
 
         def tangent(ins: Any, xs: Any, ts: Any) -> list[Any]:
@@ -317,26 +349,30 @@ def _wide_twins(
         try:
             jax.eval_shape(functools.partial(widened, wide), *(wide[i] for i in floats))
         except Exception:  # no float32 version of this equation: JAX's own derivative is kept
-            return {
-                v: lax.convert_element_type(x, _F32) for (_, v), x in zip(outs, narrow, strict=True)
-            }
+            return {v: widen_value(x) for (_, v), x in zip(outs, narrow, strict=True)}
     result = _straight_through(tangent)(narrow, [wide[i] for i in floats], ins)
     return {v: t for (_, v), t in zip(outs, result, strict=True)}
 
 
-def _dot_tangent(params: dict[str, Any]) -> Callable[..., list[Any]]:
-    """A narrow-output contraction's float32 tangent, taken against the narrow operands (as
-    ``_rules.contract``): the backward contractions read the narrow residuals, not float32 copies."""
-    kw = dict(params, preferred_element_type=_F32)
+def _bilinear_tangent(eqn: Any, floats: list[int]) -> Callable[..., list[Any]]:
+    """A contraction's float32 tangent (``dot_general``, ``conv_general_dilated``,
+    ``ragged_dot_general``: linear in each of its two float operands ``floats``): one float32
+    contraction per differentiated operand, reading the other operand's value as the program holds
+    it (narrow, widened exactly), so the backward contractions read the narrow residuals, not
+    float32 copies."""
 
     def tangent(ins: Any, xs: Any, ts: Any) -> list[Any]:
-        (lhs, rhs), (t_lhs, t_rhs) = ins, ts
         del xs
         terms = []  # an operand that is not differentiated has no term (no contraction of zeros)
-        if not isinstance(t_lhs, SymbolicZero):
-            terms.append(lax.dot_general(t_lhs, like(rhs, t_lhs), **kw))
-        if not isinstance(t_rhs, SymbolicZero):
-            terms.append(lax.dot_general(like(lhs, t_rhs), t_rhs, **kw))
+        for i, t in zip(floats, ts, strict=True):
+            if isinstance(t, SymbolicZero):
+                continue
+            args = list(ins)
+            for j in floats:
+                args[j] = t if j == i else like(ins[j], t)
+            with _scaled.mode("float32"):
+                (term,) = widen_bind(eqn, args)
+            terms.append(term)
         if not terms:
             return [None]
         return [terms[0] if len(terms) == 1 else terms[0] + terms[1]]
@@ -360,7 +396,7 @@ def _straight_through(tangent: Callable[..., list[Any]]) -> Callable[..., list[A
     @jax.custom_jvp
     def f(narrow: list[Any], wide: list[Any], ins: list[Any]) -> list[Any]:
         del wide, ins
-        return [_exactly(x) for x in narrow]
+        return [_exactly(x) if is_narrow(x.dtype) else x for x in narrow]
 
     def rule(primals: Any, tangents: Any) -> tuple[list[Any], list[Any]]:
         narrow, wide, ins = primals

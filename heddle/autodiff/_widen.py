@@ -32,6 +32,7 @@ from jax import lax
 from jax.extend import core as jex_core
 
 from heddle.autodiff import _scaled
+from heddle.ops.lowering import runnable_precision
 from heddle.programs._table import Body, Fact, has, kind
 
 _F32 = np.dtype("float32")
@@ -201,6 +202,8 @@ def _named_axes(eqn: Any, args: Sequence[Any]) -> NoReturn:
 def _widened_params(eqn: Any, args: Sequence[Any]) -> list[Any]:
     """``eqn``'s primitive bound on ``args`` with its narrow dtypes and bodies widened."""
     params = {k: _widen_param(v) for k, v in eqn.params.items()}
+    if "precision" in params:  # a contraction's: an algorithm preset XLA:CPU refuses is dropped
+        params["precision"] = runnable_precision(params["precision"])
     bind_params = eqn.primitive.get_bind_params(params)
     out = eqn.primitive.bind(*args, **bind_params)
     return list(out) if eqn.primitive.multiple_results else [out]

@@ -36,9 +36,9 @@ from heddle.programs._audit_ir import (
     policy_dtype,
     shape_of,
     short,
-    subjaxprs,
 )
 from heddle.programs._audit_source import LIBRARY_BODY, Site, SiteCache
+from heddle.programs._interpret import subjaxprs
 from heddle.programs._table import ACCUMULATING, Body, Fact, Rule, having, is_index, kind, rule
 
 

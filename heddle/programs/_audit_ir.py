@@ -8,7 +8,6 @@ is computed from the one table of primitives (``_table``), which autocast reads 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -148,14 +147,3 @@ class Level:
                     if not isinstance(x, jcore.Literal):
                         self._consumers.setdefault(x, []).append(eqn)
         return self._consumers.get(v, [])
-
-
-def subjaxprs(params: dict[str, Any]) -> Iterator[Any]:
-    """The jaxprs among an equation's parameters (bodies, branches, called functions)."""
-    for v in params.values():
-        if isinstance(v, (jcore.Jaxpr, jcore.ClosedJaxpr)):
-            yield v
-        elif isinstance(v, (tuple, list)):
-            for w in v:
-                if isinstance(w, (jcore.Jaxpr, jcore.ClosedJaxpr)):
-                    yield w

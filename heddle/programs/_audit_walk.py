@@ -42,9 +42,9 @@ from heddle.programs._audit_ir import (
     policy_dtype,
     shape_of,
     short,
-    subjaxprs,
 )
 from heddle.programs._audit_source import LIBRARY_BODY, Site, SiteCache, entry_name
+from heddle.programs._interpret import subjaxprs
 from heddle.programs._table import (
     HEDDLE_FUNCTIONS,
     Body,

@@ -650,28 +650,34 @@ def _contraction(ev: Evaluator, frame: Frame, eqn: Any, seg: int) -> None:
         if prec is not None:
             params["precision"] = canonicalize_precision(prec)
     args = [feed(lhs, dl), feed(rhs, dr), *map(frame.read, eqn.invars[2:])]
-    if not has(eqn.primitive.name, Fact.DOT) or not is_narrow(operand):
+    if not is_narrow(operand):
         ev.bind_wide(frame, eqn, seg, args, params)
         return
-    if any(map(is_differentiated, args[:2])):  # the derivative reaches the float32 twins
-        args = [frame.wide(lhs, seg), frame.wide(rhs, seg)]
-    if ev.widen:
+    differentiated = any(map(is_differentiated, args[:2]))
+    if differentiated:  # the derivative reaches the float32 twins
+        args = [frame.wide(lhs, seg), frame.wide(rhs, seg), *args[2:]]
+    if ev.widen and has(eqn.primitive.name, Fact.DOT):
         args, params = _cpu_layout(args, params)
-    if any(map(is_differentiated, args[:2])):
-        frame.write_rounded(eqn.outvars[0], _narrow_dot(args[0], args[1], operand, params), seg)
+    if differentiated:
+        out = _narrow_contraction(eqn.primitive, args, operand, params)
+        frame.write_rounded(eqn.outvars[0], out, seg)
     else:
         ev.bind_wide(frame, eqn, seg, args, params)
 
 
-def _narrow_dot(lw: Any, rw: Any, d: np.dtype, params: dict[str, Any]) -> Any:
-    """``dot_general`` of two float32 values that hold narrow (``d``) ones exactly: computed on the
-    narrow values, at the narrow dot's speed, with a derivative that reaches the float32 values
-    unrounded. JAX's own derivative of a narrow dot rounds each operand's cotangent to the narrow
-    dtype before the cotangents of a value used twice are added; here every cotangent is float32
-    and the sum is rounded once (POLICY.md 7), as for every other op autocast evaluates."""
-
-    narrow = lambda lw, rw: lax.dot_general(cast(lw, d), cast(rw, d), **params)
-    return on_twins(narrow, functools.partial(lax.dot_general, **params), [lw, rw])
+def _narrow_contraction(prim: Any, args: list[Any], d: np.dtype, params: dict[str, Any]) -> Any:
+    """A contraction (``dot_general``, ``conv_general_dilated``, ``ragged_dot_general``) of two
+    float32 values that hold narrow (``d``) ones exactly: computed on the narrow values, at the
+    narrow kernel's speed, with a derivative that reaches the float32 values unrounded. JAX's own
+    derivative of a narrow contraction rounds each operand's cotangent to the narrow dtype before
+    the cotangents of a value used twice are added; here every cotangent is float32 and the sum is
+    rounded once (POLICY.md 7), as for every other op autocast evaluates. Further operands (a ragged
+    dot's group sizes) are integers, read by both."""
+    lw, rw, *rest = args
+    bind_params = prim.get_bind_params(params)
+    contraction = lambda lhs, rhs: prim.bind(lhs, rhs, *rest, **bind_params)
+    narrow = lambda lw, rw: contraction(cast(lw, d), cast(rw, d))
+    return on_twins(narrow, contraction, [lw, rw])
 
 
 def _cpu_layout(args: list[Any], params: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:

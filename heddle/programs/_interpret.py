@@ -102,3 +102,14 @@ def inline(
     for v, a in zip(eqn.outvars, jaxpr.outvars, strict=True):
         if not isinstance(v, jcore.DropVar):
             frame.inherit(v, inner, a)
+
+
+def subjaxprs(params: dict[str, Any]) -> Iterator[Any]:
+    """The jaxprs among an equation's parameters (bodies, branches, called functions)."""
+    for v in params.values():
+        if isinstance(v, jcore.Jaxpr | jcore.ClosedJaxpr):
+            yield v
+        elif isinstance(v, tuple | list):
+            for w in v:
+                if isinstance(w, jcore.Jaxpr | jcore.ClosedJaxpr):
+                    yield w
