@@ -35,19 +35,19 @@ from JAX's rule that a cotangent has its primal's dtype:
 
 heddle.autodiff differentiates with respect to a float32 copy of each narrow leaf and evaluates the
 function's jaxpr with a float32 *twin* beside each narrow value (``_twins``, a rule set on the
-interpreter core autocast runs on, ``heddle.programs._interpret``): every
-``convert(v -> float32)`` of a narrow ``v`` returns ``v``'s twin, one variable shared by all uses, so
-JAX's own ``add_any`` sums the uses in float32; value-copying ops (reshape, transpose, slicing,
-gather, ...) apply themselves to the twins; ``dot_general`` on narrow operands with a float32 result
-takes its tangent through the twins (``_rules.contract``); every other equation with a narrow
-result gives it a twin whose value is the result, exactly, and whose derivative is the equation's
-computed in float32, and one that reads narrow values into a float32 result (a convolution or a
-ragged dot with ``preferred_element_type=float32``, a ``scan`` with a float32 carry and narrow
-layers inside) keeps its value and takes the same float32 derivative (``_widen``: narrow dtypes in parameters and literals become float32, bodies of
-``jit``, ``cond``, ``scan`` and ``while`` are widened recursively, a ``custom_jvp`` function keeps its
-rule, widened; a rounding to a narrow dtype has derivative 1). The primal computations are bound
-unchanged, so the forward pass is bit for bit the plain one, and XLA removes the twins that nothing
-needs.
+interpreter core autocast runs on, ``heddle.programs._interpret``): every ``convert(v -> float32)``
+of a narrow ``v`` returns ``v``'s twin, one variable shared by all uses, so JAX's own ``add_any``
+sums the uses in float32; value-copying ops (reshape, transpose, slicing, gather, ...) apply
+themselves to the twins; ``dot_general`` on narrow operands with a float32 result takes its tangent
+through the twins (``_rules.contract``); every other equation with a narrow result gives it a twin
+whose value is the result, exactly, and whose derivative is the equation's computed in float32, and
+one that reads narrow values into a float32 result (a convolution or a ragged dot with
+``preferred_element_type=float32``, a ``scan`` with a float32 carry and narrow layers inside) keeps
+its value and takes the same float32 derivative (``_widen``: narrow dtypes in parameters and
+literals become float32, bodies of ``jit``, ``cond``, ``scan`` and ``while`` are widened
+recursively, a ``custom_jvp`` function keeps its rule, widened; a rounding to a narrow dtype or by
+``lax.reduce_precision`` has derivative 1). The primal computations are bound unchanged, so the
+forward pass is bit for bit the plain one, and XLA removes the twins that nothing needs.
 
 Higher orders compose: ``hessian`` is ``jacfwd(jacrev(fun))`` with heddle's transforms, and the outer
 one sees the inner one's backward pass as ordinary equations with twins of their own. Forward-mode

@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
@@ -57,9 +58,9 @@ class _Traced:
             main, aux = idx
         else:
             main, aux = idx, None
-        self.out_dtypes = jax.tree.map(lambda i: np.dtype(flat[i].dtype), main)
+        self.out_dtypes = jax.tree.map(lambda i: np.dtype(jnp.result_type(flat[i])), main)
         wide = jax.tree.map(
-            lambda i: twin_of(i) if is_narrow(flat[i].dtype) else flat[i],
+            lambda i: twin_of(i) if is_narrow(jnp.result_type(flat[i])) else flat[i],
             main,
         )
         if self.has_aux:
@@ -69,7 +70,7 @@ class _Traced:
     def narrow_value(self, value: Any) -> Any:
         """Rounds the widened main output back to the function's dtypes (exact)."""
         return jax.tree.map(
-            lambda v, d: lax.convert_element_type(v, d) if v.dtype != d else v,
+            lambda v, d: lax.convert_element_type(v, d) if getattr(v, "dtype", d) != d else v,
             value,
             self.out_dtypes,
         )
@@ -136,8 +137,8 @@ def value_and_grad(
       argnums: position or positions of the arguments to differentiate.
       has_aux: ``fun`` returns ``(value, aux)``; aux is returned untouched.
       holomorphic: as ``jax.value_and_grad``.
-      allow_int: accepted for signature compatibility; integer leaves always get zero float32
-        gradients.
+      allow_int: as ``jax.value_and_grad`` for leaves JAX refuses without it (a typed PRNG key
+        gets a ``float0`` gradient); integer and bool leaves get zero float32 gradients either way.
       contractions: ``"float32"`` (default): the two contractions that transpose each narrow
         contraction read its float32 cotangent. ``"scaled"``: where both operands are bfloat16 or
         both float16, they read a copy of it rounded to that dtype (float16: first multiplied by
@@ -162,13 +163,13 @@ def value_and_grad(
       >>> value.dtype, g.dtype
       (dtype(bfloat16), dtype('float32'))
     """
-    del allow_int
     _check_contractions(contractions, "value_and_grad")
+    transform = functools.partial(jax.value_and_grad, allow_int=allow_int)
 
     @functools.wraps(fun)
     def wrapped(*args: Any, **kwargs: Any) -> tuple[Any, Any]:
         traced, _, _, (value, grads) = _apply(
-            jax.value_and_grad,
+            transform,
             "value_and_grad",
             fun,
             argnums,
@@ -204,8 +205,8 @@ def grad(
       argnums: position or positions of the arguments to differentiate.
       has_aux: ``fun`` returns ``(value, aux)``; the result is then ``(grads, aux)``.
       holomorphic: as ``jax.grad``.
-      allow_int: accepted for signature compatibility; integer leaves always get zero float32
-        gradients.
+      allow_int: as ``jax.value_and_grad`` for leaves JAX refuses without it (a typed PRNG key
+        gets a ``float0`` gradient); integer and bool leaves get zero float32 gradients either way.
       contractions: ``"float32"`` or ``"scaled"``, as ``value_and_grad``.
 
     Returns:
@@ -271,20 +272,47 @@ def vjp(
     res = jax.vjp(traced, *leaves.wide_args, has_aux=has_aux)
     out, pull = res[0], res[1]
 
+    shapes = jax.tree.map(np.shape, out)
+
     def pullback(ct: Any) -> tuple[Any, ...]:
-        ct = jax.tree.map(
-            lambda c, d: (
-                lax.convert_element_type(c, _F32)
-                if is_narrow(d) and np.dtype(c.dtype) in (d, _F32)
-                else c
-            ),
-            ct,
-            traced.out_dtypes,
-        )
-        return pull(ct)
+        got = jax.tree.structure(ct)
+        if got != jax.tree.structure(traced.out_dtypes):
+            raise ValueError(
+                message(
+                    f"heddle.autodiff.vjp's pullback(cotangent) with a cotangent of structure {got}",
+                    "the cotangent must have the structure of the function's output, "
+                    f"{jax.tree.structure(traced.out_dtypes)}",
+                    "Pass one array per output leaf, of its shape and dtype.",
+                )
+            )
+        return pull(jax.tree.map(_pullback_cotangent, ct, traced.out_dtypes, shapes))
 
     result = (traced.narrow_value(out), pullback)
     return (*result, res[2]) if has_aux else result
+
+
+def _pullback_cotangent(c: Any, d: np.dtype, shape: tuple[int, ...]) -> Any:
+    """One output's cotangent as the pullback takes it: float32 for a narrow output (given at the
+    output's dtype or at float32), the output's own dtype otherwise. A Python or NumPy number is
+    taken at the accepted dtype, as a float literal is."""
+    if not jnp.issubdtype(d, jnp.inexact):
+        return c  # an integer or bool output's cotangent (float0): JAX checks it
+    accepted = (d, _F32) if is_narrow(d) else (d,)
+    if isinstance(c, int | float | complex) and not isinstance(c, bool):
+        c = np.asarray(c, accepted[-1])
+    c_dtype = np.dtype(c.dtype) if hasattr(c, "dtype") else None
+    if c_dtype not in accepted or tuple(np.shape(c)) != tuple(shape):
+        kinds = " or ".join(f"{np.dtype(a).name}{list(shape)}" for a in accepted)
+        given = f"{c_dtype.name}{list(np.shape(c))}" if c_dtype is not None else type(c).__name__
+        raise ValueError(
+            message(
+                f"heddle.autodiff.vjp's pullback(cotangent) with a {given} cotangent for an output "
+                f"of {d.name}{list(shape)}",
+                f"the cotangent of that output must be {kinds}",
+                f"Pass e.g. jnp.ones({tuple(shape)}, jnp.{accepted[-1].name}).",
+            )
+        )
+    return lax.convert_element_type(c, _F32) if is_narrow(d) else c
 
 
 def _align(jac: Any, out_dtypes: Any, in_dtypes: Any) -> Any:
@@ -382,7 +410,8 @@ def jacrev(
       argnums: position or positions of the arguments to differentiate.
       has_aux: ``fun`` returns ``(out, aux)``; the result is then ``(jacobian, aux)``.
       holomorphic: as ``jax.jacrev``.
-      allow_int: accepted for signature compatibility; integer leaves get zero float32 blocks.
+      allow_int: as ``jax.jacrev`` for leaves JAX refuses without it (a typed PRNG key); integer
+        and bool leaves get zero float32 blocks either way.
       contractions: ``"float32"`` or ``"scaled"``, as ``value_and_grad``.
 
     Returns:
@@ -399,8 +428,8 @@ def jacrev(
       >>> j.dtype, j.tolist()
       (dtype('float32'), [[0.0, 0.0], [0.0, 2.0]])
     """
-    del allow_int
-    return _jac(jax.jacrev, "jacrev", fun, argnums, has_aux, holomorphic, contractions)
+    transform = functools.partial(jax.jacrev, allow_int=allow_int)
+    return _jac(transform, "jacrev", fun, argnums, has_aux, holomorphic, contractions)
 
 
 jacobian = jacrev

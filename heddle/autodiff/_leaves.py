@@ -73,20 +73,23 @@ def widen(x: Any, kind: Kind) -> Any:
 
 def normalize_argnums(argnums: int | Sequence[int], nargs: int, name: str) -> tuple[int, ...]:
     """``argnums`` as a tuple of non-negative positions, checked against the call."""
-    one = isinstance(argnums, int)
-    seq = (argnums,) if one else tuple(argnums)
+    refused = TypeError(
+        message(
+            f"heddle.autodiff.{name}(argnums={argnums!r})",
+            "argnums must be an int or a sequence of ints",
+            "Pass the positions of the arguments to differentiate, e.g. argnums=(0, 1).",
+        )
+    )
+    try:
+        seq = (operator.index(argnums),) if not hasattr(argnums, "__iter__") else tuple(argnums)
+    except TypeError:
+        raise refused from None
     out = []
     for a in seq:
         try:
             a = operator.index(a)
         except TypeError:
-            raise TypeError(
-                message(
-                    f"heddle.autodiff.{name}(argnums={argnums!r})",
-                    "argnums must be an int or a sequence of ints",
-                    "Pass the positions of the arguments to differentiate, e.g. argnums=(0, 1).",
-                )
-            ) from None
+            raise refused from None
         if not -nargs <= a < nargs:
             raise TypeError(
                 message(

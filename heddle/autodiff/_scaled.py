@@ -47,6 +47,7 @@ from jax.custom_derivatives import SymbolicZero
 from jax.sharding import AxisType
 
 from heddle.ops.lowering import dot_needs_widening, runnable_precision
+from heddle.programs._audit_cotangent import NARROW_COPY
 
 _F32 = np.dtype("float32")
 SCALED_DTYPES = frozenset(np.dtype(d) for d in (jnp.bfloat16, jnp.float16))
@@ -231,9 +232,14 @@ def _transposes(
             out.append(_transposed(narrow, lhs, dims, 1, precision, named[1]))
         return out if unscale is None else [o * unscale for o in out]
 
+    def scaled(ct: Any, operands: Any) -> list[Any]:
+        # the narrow copy of the cotangent is an operand, not the cotangent: the audit skips it
+        with jax.named_scope(NARROW_COPY):
+            return compute(ct, operands, wide=False)
+
     @jax.custom_jvp
     def f(ct: Any, *operands: Any) -> list[Any]:
-        return compute(ct, operands, wide=False)
+        return scaled(ct, operands)
 
     @f.defjvp
     def _(primals: Any, tangents: Any) -> tuple[Any, Any]:

@@ -413,13 +413,18 @@ def _instantiate(t: Any, x: Any) -> Any:
     return jnp.zeros_like(x) if isinstance(t, SymbolicZero) else t
 
 
+_ARRAYS = (jax.Array, jax.core.Tracer, np.ndarray, np.generic)
+
+
 def evaluate(
     fun: Callable[..., Any], args: Sequence[Any], arg_twins: Sequence[Any | None]
 ) -> tuple[Any, Callable[[int], Any], Any]:
     """Calls ``fun(*args)`` through the twin-carrying evaluator.
 
     Args:
-      fun: a function of positional array arguments returning a pytree of arrays.
+      fun: a function of positional array arguments returning a pytree of arrays; leaves that are
+        not arrays (strings, Python numbers: constants of the trace) are returned as they are, as
+        ``jax.grad`` returns them in its ``aux``.
       args: the arguments.
       arg_twins: for each argument, a float32 array with its exact values (its twin) or None.
 
@@ -428,11 +433,16 @@ def evaluate(
       i-th flat output (meaningful for narrow float outputs).
     """
     out_tree = []
+    kept: dict[int, Any] = {}  # position -> a leaf that is not an array, returned as it is
+    arrays: list[int] = []  # the positions of the traced outputs
 
     def flat(*xs):
         leaves, tree = jax.tree.flatten(fun(*xs))
         out_tree.append(tree)
-        return leaves
+        kept.clear()
+        kept.update((i, x) for i, x in enumerate(leaves) if not isinstance(x, _ARRAYS))
+        arrays[:] = [i for i in range(len(leaves)) if i not in kept]
+        return [leaves[i] for i in arrays]
 
     try:
         closed = jax.make_jaxpr(flat)(*args)
@@ -450,5 +460,10 @@ def evaluate(
         if t is not None:
             frame.twins[v] = t
     _run(frame, jaxpr)
-    outs = [frame.read(v) for v in jaxpr.outvars]
-    return outs, lambda i: frame.twin(jaxpr.outvars[i]), out_tree[-1]
+    outs: list[Any] = [None] * (len(arrays) + len(kept))
+    for i, v in zip(arrays, jaxpr.outvars, strict=True):
+        outs[i] = frame.read(v)
+    for i, x in kept.items():
+        outs[i] = x
+    at = {i: v for i, v in zip(arrays, jaxpr.outvars, strict=True)}
+    return outs, lambda i: frame.twin(at[i]), out_tree[-1]

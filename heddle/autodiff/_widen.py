@@ -33,6 +33,7 @@ from jax.extend import core as jex_core
 
 from heddle.autodiff import _scaled
 from heddle.ops.lowering import runnable_precision
+from heddle.programs._on_twins import on_twins
 from heddle.programs._table import Body, Fact, has, kind
 
 _F32 = np.dtype("float32")
@@ -248,6 +249,8 @@ def widen_bind(eqn: Any, args: Sequence[Any]) -> list[Any]:
         scaled = _scaled.widened(eqn, args)
         if scaled is not None:
             return scaled
+    if has(name, Fact.ROUNDS):  # a rounding has derivative 1, as a narrowing conversion widened
+        return [on_twins(lambda x: _widened_params(eqn, [x])[0], lambda x: x, args)]
     if has(name, Fact.USER_RULE):
         _own_rule(eqn, args)
     if has(name, Fact.BITS):

@@ -36,9 +36,12 @@ def _is_array_leaf(x: Any) -> bool:
     return isinstance(x, (jax.Array, np.ndarray, np.generic, jax.ShapeDtypeStruct))
 
 
-def _cotangent(x: Any) -> Any:
-    if jnp.issubdtype(x.dtype, jnp.inexact):
-        return jnp.ones(x.shape, x.dtype)
+def _inexact(x: Any) -> bool:
+    return bool(jnp.issubdtype(x.dtype, jnp.inexact))
+
+
+def _zero(x: Any) -> Any:
+    """The cotangent of an integer or boolean output."""
     return np.zeros(x.shape, jax.dtypes.float0)
 
 
@@ -100,10 +103,10 @@ def audit(
       fn: any JAX-traceable function (also ``jax.grad(f)``, a jitted function, an equinox module;
         a flax linen Module that is not bound is audited as its ``apply``:
         ``audit(module, variables, x)``). Its outputs may hold Python numbers, ``None``, strings
-        and integer arrays beside the floats; the backward pass starts from a unit cotangent on
-        every float output.
+        and integer arrays beside the floats; the backward pass starts from a cotangent of each
+        float output's dtype and shape, given as an input of the audited program.
       *args: its positional arguments; arrays may be ``jax.ShapeDtypeStruct``.
-      include_backward: also audit the backward pass (``fn``'s VJP with unit cotangents), its
+      include_backward: also audit the backward pass (``fn``'s VJP), its
         narrow cotangents included.
       include_explicit: also report lossy conversions the code asked for explicitly.
       **kwargs: its keyword arguments.
@@ -143,11 +146,17 @@ def audit(
             o for o in jax.tree.leaves(fn(*a, **k)) if isinstance(o, jax.Array | jax.core.Tracer)
         ]
 
-    def forward_and_backward(*values: Any) -> Any:
-        out, pullback = jax.vjp(flat, *values)
-        return out, pullback(jax.tree.map(_cotangent, out))
+    # the backward pass's seeds are inputs of the traced program, so the walk knows them as
+    # cotangents (a seed built inside is a constant: the transpose of a lone tanh, which multiplies
+    # it by a residual, would not count as computing a cotangent)
+    arrays = [leaves[i] for i in dynamic]
+    seeds = [o for o in jax.eval_shape(flat, *arrays) if _inexact(o)] if include_backward else []
 
-    target = forward_and_backward if include_backward else flat
+    def forward_and_backward(cts: list[Any], *values: Any) -> Any:
+        out, pullback = jax.vjp(flat, *values)
+        given = iter(cts)
+        return out, pullback([next(given) if _inexact(o) else _zero(o) for o in out])
+
     caught: list[tuple[warnings.WarningMessage, Location | None]] = []
 
     def hook(msg, category, filename, lineno, file=None, line=None):
@@ -157,9 +166,12 @@ def audit(
     with warnings.catch_warnings():
         warnings.simplefilter("always")
         warnings.showwarning = hook
-        closed = jax.make_jaxpr(target)(*(leaves[i] for i in dynamic))
+        if include_backward:
+            closed = jax.make_jaxpr(forward_and_backward)(seeds, *arrays)
+        else:
+            closed = jax.make_jaxpr(flat)(*arrays)
     walker = Walker(include_explicit=include_explicit)
-    walker.walk(closed)
+    walker.walk(closed, cotangents=set(closed.jaxpr.invars[: len(seeds)]))
     raw.extend(walker.findings)
     for wm, frame in caught:
         f = _x64_warning(wm, frame)

@@ -43,6 +43,12 @@ from heddle.programs._table import Body, kind
 
 _F32 = np.dtype(np.float32)
 
+NARROW_COPY = "heddle_narrow_copy_of_cotangent"
+"""The name scope of a narrow copy of a float32 cotangent made for one backward contraction
+(heddle.autodiff's ``contractions="scaled"``): an operand of that contraction, never stored as the
+cotangent, so the rule does not report it (the cotangents it is computed from and those the
+contraction gives stay float32)."""
+
 
 @dataclasses.dataclass
 class _Group:
@@ -93,8 +99,8 @@ class CotangentRules:
         source = self._cotangent_source(eqn)
         if source is not None:
             self._cotangent_sources.update((v, source) for v in eqn.outvars)
-        if not has_body:  # a called body's own equations are recorded where they are
-            self._record_cotangents(eqn, ctx)
+        if not has_body and NARROW_COPY not in str(eqn.source_info.name_stack):
+            self._record_cotangents(eqn, ctx)  # a called body's own are recorded where they are
         return True
 
     def _record_cotangents(self, eqn: Any, ctx: Ctx) -> None:

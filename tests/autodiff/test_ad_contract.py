@@ -185,6 +185,8 @@ def test_nested_heddle_and_jax_transforms():
         (2, "needs at least 3 positional arguments"),
         (-3, "needs at least 3"),
         ("0", "must be an int"),
+        (0.0, "must be an int"),
+        ((0, 1.5), "must be an int"),
     ],
 )
 def test_bad_argnums(argnums, fragment):
@@ -221,6 +223,55 @@ def test_vjp_cotangent_of_a_narrow_output_in_either_dtype():
     assert g.tolist() == [3 * (1 + 2.0**-7)] * 3
     (g,) = pullback(jnp.full(3, 1 + 2.0**-12, F32))
     assert g.tolist() == [3 * (1 + 2.0**-12)] * 3
+
+
+@pytest.mark.parametrize(
+    ("ct", "fragment"),
+    [
+        (jnp.ones(3, jnp.float16), r"float16\[3\] cotangent for an output of bfloat16\[3\]"),
+        (jnp.ones(2, BF16), r"bfloat16\[2\] cotangent"),
+        ("one", "a str cotangent"),
+    ],
+)
+def test_a_wrong_pullback_cotangent_names_what_is_expected(ct, fragment):
+    x = jnp.array([1.0, 2.0, 3.0], BF16)
+    _, pullback = autodiff.vjp(lambda x: (x.astype(F32) * 3).astype(BF16), x)
+    with pytest.raises(ValueError, match=fragment) as info:
+        pullback(ct)
+    assert "must be bfloat16[3] or float32[3]" in str(info.value)
+    assert pullback(jnp.ones(3, F32))[0].tolist() == [3.0] * 3  # the fix
+    with pytest.raises(ValueError, match="structure"):
+        pullback((jnp.ones(3, F32), jnp.ones(3, F32)))
+
+
+def test_a_python_number_is_a_cotangent_of_a_scalar_output(transform):
+    for d in (BF16, F32):
+        _, pullback = autodiff.vjp(lambda x: x * 3, jnp.ones((), d))
+        (g,) = transform(pullback)(2.0)
+        assert g.dtype == F32 and float(g) == 6.0
+
+
+def test_allow_int_gives_a_typed_key_a_float0_gradient_as_jax_does():
+    key = jax.random.key(0)
+    f = lambda x, k: jnp.sum(x.astype(F32) * jax.random.normal(k, x.shape, F32))
+    x = jnp.ones(3, BF16)
+    for grad in (jax.grad, autodiff.grad):
+        with pytest.raises(TypeError, match="allow_int"):
+            grad(f, argnums=(0, 1))(x, key)
+    gx, gk = autodiff.grad(f, argnums=(0, 1), allow_int=True)(x, key)
+    _, jk = jax.grad(f, argnums=(0, 1), allow_int=True)(x, key)
+    assert gx.dtype == F32 and gk.dtype == jk.dtype == jax.dtypes.float0
+
+
+def test_aux_leaves_that_are_not_arrays_come_back_as_they_are():
+    # jax.grad returns a string, a Python number or None in aux untouched (eagerly)
+    aux = {"name": "loss", "n": 3, "s": 1.5, "none": None}
+    f = lambda x: (jnp.sum(x.astype(F32)), aux)
+    for grad in (jax.grad, autodiff.grad):
+        g, got = grad(f, has_aux=True)(jnp.ones(2, BF16))
+        assert got == aux and type(got["s"]) is float and type(got["n"]) is int
+    value, g = autodiff.value_and_grad(lambda x: 1.0)(jnp.ones((), BF16))
+    assert value == 1.0 and g.dtype == F32 and float(g) == 0.0
 
 
 @pytest.mark.parametrize("argnums", [0, 1, (0, 1)])

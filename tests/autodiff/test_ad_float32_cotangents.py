@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax import lax
 
 import heddle
 import heddle.numpy as hnp
@@ -390,3 +391,21 @@ def test_a_narrow_value_converted_to_a_wide_dtype_keeps_a_float32_cotangent(dtyp
     # bfloat16 cotangent is off by ~4e-3 of the largest element; float32 sums differ in order)
     ref = np.asarray(transform(autodiff.grad(via_float32))(w))
     np.testing.assert_allclose(np.asarray(g), ref, rtol=0, atol=1e-5 * np.abs(ref).max())
+
+
+@pytest.mark.parametrize("bits", [(5, 10), (4, 3), (8, 7)], ids=["f16", "e4m3", "bf16"])
+def test_reduce_precision_is_a_rounding_with_derivative_1(bits, transform):
+    # lax.reduce_precision rounds in place; JAX's derivative rounds the tangent the same way (a
+    # float16 cotangent of 2**-40 is flushed); as a narrowing conversion, it has derivative 1
+    x = jnp.linspace(0.25, 2.0, 16, dtype=F32)
+
+    def loss(x, scale):
+        r = lax.reduce_precision(x.astype(F16), *bits)
+        return jnp.sum(jnp.tanh(r).astype(F32)) * scale
+
+    rounded = np.asarray(lax.reduce_precision(x.astype(F16), *bits), np.float64)
+    ref = 1.0 - np.tanh(rounded) ** 2  # d tanh(round(x)) / dx with round' = 1, in float64
+    for scale in (1.0, 2.0**-40):
+        g = np.asarray(transform(autodiff.grad(loss))(x, scale), np.float64) / scale
+        np.testing.assert_allclose(g, ref, rtol=0, atol=1e-6)  # float32 tanh: a few ulp
+    assert not np.asarray(jax.grad(loss)(x, 2.0**-40)).any()  # JAX's: flushed

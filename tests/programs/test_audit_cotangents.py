@@ -19,6 +19,7 @@ from jax import lax
 
 import heddle
 from heddle import autodiff
+from heddle.autodiff._scaled import MODES
 from heddle.programs import _audit
 
 audit = _audit.audit
@@ -80,6 +81,38 @@ def test_jax_grad_of_the_function_is_reported_and_heddles_gradient_is_not():
     assert audit(jax.grad(small_loss), P, X).counts[NC] == 2
     assert audit(autodiff.grad(small_loss), P, X).counts[NC] == 0
     assert audit(autodiff.value_and_grad(small_loss), P, X).counts[NC] == 0
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [jnp.tanh, lambda x: jnp.sin(x) * x, lambda x: x @ jnp.ones((8, 4), x.dtype), jnp.exp],
+    ids=["tanh", "sin_times_x", "matmul", "exp"],
+)
+@pytest.mark.parametrize("dtype", [BF, F16], ids=["bf16", "f16"])
+def test_a_narrow_output_seeds_narrow_cotangents(fn, dtype):
+    # jax.vjp of a function with narrow outputs takes narrow cotangents and transposes every op in
+    # that dtype; a lone op whose transpose multiplies the seed by a residual is one of them
+    x = jax.ShapeDtypeStruct((8,), dtype)
+    _, pullback = jax.vjp(fn, jnp.ones(8, dtype))
+    assert pullback(fn(jnp.ones(8, dtype)))[0].dtype == dtype  # what the audit reports
+    found = audit(fn, x, include_backward=True).of_kind(NC)
+    assert len(found) == 1 and found[0].out_dtype == {BF: "bf16", F16: "f16"}[dtype], found
+
+
+@pytest.mark.parametrize("dtype", [BF, F16], ids=["bf16", "f16"])
+def test_the_narrow_copy_of_a_scaled_backward_contraction_is_no_cotangent(dtype):
+    # contractions="scaled" reads a narrow copy of the float32 cotangent in each backward
+    # contraction; the cotangents themselves stay float32
+    w = jax.ShapeDtypeStruct((16, 4), F32)
+    x = jax.ShapeDtypeStruct((8, 16), F32)
+
+    def loss(w, x):
+        return jnp.sum(jnp.tanh(x.astype(dtype) @ w.astype(dtype)).astype(F32))
+
+    for contractions in MODES:
+        report = audit(autodiff.grad(loss, contractions=contractions), w, x)
+        assert report.counts[NC] == 0, (contractions, str(report))
+    assert audit(jax.grad(loss), w, x).counts[NC] > 0
 
 
 def test_a_float32_model_reports_none():
