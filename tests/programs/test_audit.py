@@ -350,7 +350,12 @@ def test_include_backward_with_integer_arguments_and_outputs():
         return jnp.cumsum(x, axis=1) * n.astype(x.dtype), n + 1
 
     report = audit(f, X, jax.ShapeDtypeStruct((), jnp.int32), include_backward=True)
-    assert {(f.primitive, f.backward) for f in report} == {("cumsum", False), ("cumsum", True)}
+    assert {(f.kind, f.primitive, f.backward) for f in report} == {
+        ("narrow_accumulation", "cumsum", False),
+        ("narrow_accumulation", "cumsum", True),
+        # the narrow output's cotangent, times n, then summed in reverse: all narrow
+        ("narrow_cotangent", "mul,cumsum", True),
+    }
 
 
 # -- models ----------------------------------------------------------------------------------------
