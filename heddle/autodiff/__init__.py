@@ -54,7 +54,10 @@ one sees the inner one's backward pass as ordinary equations with twins of their
 tangents follow the same rule as cotangents.
 
 ``jax.checkpoint`` is kept (re-applied around the evaluation, with the twins of its inputs passed in
-and those of its narrow results returned), whenever narrow values cross it or live inside it.
+and those of its narrow results returned), whenever narrow values cross it or live inside it;
+``scan``, ``cond`` and ``switch`` bodies that hold narrow values are evaluated with twins in a new
+loop or branch (a narrow carry carried as its twin), so a scan over layers keeps float32
+cotangents in every layer along the narrow program's values.
 
 Backward contractions: by default the two contractions that transpose a narrow contraction read
 its float32 cotangent (float32 matmuls). ``contractions="scaled"`` (``grad``, ``value_and_grad``,

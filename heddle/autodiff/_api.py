@@ -410,8 +410,8 @@ def jacrev(
       argnums: position or positions of the arguments to differentiate.
       has_aux: ``fun`` returns ``(out, aux)``; the result is then ``(jacobian, aux)``.
       holomorphic: as ``jax.jacrev``.
-      allow_int: as ``jax.jacrev`` for leaves JAX refuses without it (a typed PRNG key); integer
-        and bool leaves get zero float32 blocks either way.
+      allow_int: passed to ``jax.jacrev``; integer and bool leaves get zero float32 blocks either
+        way.
       contractions: ``"float32"`` or ``"scaled"``, as ``value_and_grad``.
 
     Returns:

@@ -100,6 +100,14 @@ def normalize_argnums(argnums: int | Sequence[int], nargs: int, name: str) -> tu
                     "Pass the argument positionally or change argnums.",
                 )
             )
+        if a % nargs in out:
+            raise TypeError(
+                message(
+                    f"heddle.autodiff.{name}(argnums={argnums!r})",
+                    f"argnums names argument {a % nargs} twice",
+                    "Name each argument once, e.g. argnums=(0, 1).",
+                )
+            )
         out.append(a % nargs)
     return tuple(out)
 

@@ -29,9 +29,10 @@ rewrites use the twins; everything else is bound unchanged:
 Twins are created lazily: a twin nobody asks for is never computed. Calls to ``jax.jit``-compiled
 functions without sharding annotations are evaluated inline so the rewrites reach inside them;
 ``jax.checkpoint`` that narrow values cross or live in is re-applied around an evaluation with
-twins for the inputs that have one, so its rematerialisation is kept. Other higher-order primitives
-(``scan``, ``while``, ``cond``, custom_jvp functions) are bound unchanged; rule 4 widens them for the
-derivative.
+twins for the inputs that have one, so its rematerialisation is kept; ``scan`` and ``cond`` that
+read narrow values become a new scan or switch over their bodies evaluated with twins (a narrow
+carry carried as its twin). Other higher-order primitives (``while``, custom_jvp functions) are
+bound unchanged; rule 4 widens them for the derivative.
 """
 
 from __future__ import annotations
@@ -171,6 +172,36 @@ def _bound(frame: Frame, eqn: Any) -> bool:
     return False
 
 
+def _body(
+    closed: Any, values: Sequence[Any], twins: dict[int, Any], narrow_out: Sequence[int]
+) -> tuple[list[Any], list[Any]]:
+    """A body (a ClosedJaxpr, or an open Jaxpr) evaluated with twins: ``twins`` maps input
+    positions to their twins; returns its outputs and the twins of those at ``narrow_out``."""
+    jaxpr = getattr(closed, "jaxpr", closed)
+    inner = _frame()
+    for v, c in zip(jaxpr.constvars, getattr(closed, "consts", ()), strict=True):
+        inner.write(v, c)
+    for v, x in zip(jaxpr.invars, values, strict=True):
+        inner.write(v, x)
+    for i, t in twins.items():
+        inner.twins[jaxpr.invars[i]] = t
+    _run(inner, jaxpr)
+    outs = [inner.read(v) for v in jaxpr.outvars]
+    return outs, [inner.twin(jaxpr.outvars[j]) for j in narrow_out]
+
+
+def _narrow_positions(atoms: Sequence[Any]) -> list[int]:
+    return [i for i, a in enumerate(atoms) if _is_narrow_atom(a)]
+
+
+def _write_with_twins(frame: Frame, eqn: Any, outs: Sequence[Any], twins: Sequence[Any]) -> None:
+    for v, x in zip(eqn.outvars, outs, strict=True):
+        frame.write(v, x)
+    for j, t in zip(_narrow_positions(eqn.outvars), twins, strict=True):
+        if not isinstance(eqn.outvars[j], jex_core.DropVar):
+            frame.twins[eqn.outvars[j]] = t
+
+
 def _remat(frame: Frame, eqn: Any) -> bool:
     """``jax.checkpoint``: re-wrapped around an evaluation with twins, for the inputs that have one
     (computed or pending), returning the twins of its narrow results too, so cotangents cross the
@@ -183,27 +214,86 @@ def _remat(frame: Frame, eqn: Any) -> bool:
     with_twin = [i for i, a in enumerate(eqn.invars) if frame.has_twin(a)]  # never a literal
     if not with_twin and not _holds_narrow(jaxpr):
         return False
-    narrow_out = [j for j, v in enumerate(jaxpr.outvars) if _is_narrow_atom(v)]
+    narrow_out = _narrow_positions(jaxpr.outvars)
 
     def body(values: list[Any], twins: list[Any]) -> tuple[list[Any], list[Any]]:
-        inner = _frame()
-        for v, x in zip(jaxpr.invars, values, strict=True):
-            inner.write(v, x)
-        for i, t in zip(with_twin, twins, strict=True):
-            inner.twins[jaxpr.invars[i]] = t
-        _run(inner, jaxpr)
-        outs = [inner.read(v) for v in jaxpr.outvars]
-        return outs, [inner.twin(jaxpr.outvars[j]) for j in narrow_out]
+        return _body(jaxpr, values, dict(zip(with_twin, twins, strict=True)), narrow_out)
 
     wrapped = jax.checkpoint(body, prevent_cse=p["prevent_cse"], policy=p["policy"])
     outs, out_twins = wrapped(
         [frame.read(a) for a in eqn.invars], [frame.twin(eqn.invars[i]) for i in with_twin]
     )
-    for v, x in zip(eqn.outvars, outs, strict=True):
-        frame.write(v, x)
-    for j, t in zip(narrow_out, out_twins, strict=True):
-        if not isinstance(eqn.outvars[j], jex_core.DropVar):
-            frame.twins[eqn.outvars[j]] = t
+    _write_with_twins(frame, eqn, outs, out_twins)
+    return True
+
+
+def _scan(frame: Frame, eqn: Any) -> bool:
+    """``scan`` that reads narrow values: a scan of the body evaluated with twins. A narrow carry
+    is carried as its twin alone (its value is the twin converted back, exactly), so the loop's
+    cotangent of it is float32 and what the backward pass saves of it is one float32 array; narrow
+    inputs and results have their twins sliced and stacked beside them. JAX transposes that body
+    as a whole: every cotangent in it is a twin's, float32, and the forward values are the plain
+    scan's."""
+    if not _reads_narrow(eqn):
+        return False
+    p = eqn.params
+    nc, nk = p["num_consts"], p["num_carry"]
+    ins = list(eqn.invars)
+    values = [frame.read(a) for a in ins]
+    twins = {i: frame.twin(ins[i]) for i in _narrow_positions(ins)}
+    narrow_out = _narrow_positions(eqn.outvars)
+    xs = range(nc + nk, len(ins))
+    consts, const_twins = values[:nc], {i: t for i, t in twins.items() if i < nc}
+    init = [twins.get(i, values[i]) for i in range(nc, nc + nk)]  # a narrow carry: its twin
+    dtypes = [dtype_of(a) for a in ins[nc : nc + nk]]
+
+    def body(carry: list[Any], x: Any) -> tuple[Any, Any]:
+        xv, xt = x
+        cv = [_narrowed(c, d) for c, d in zip(carry, dtypes, strict=True)]
+        tw = dict(const_twins)
+        tw.update((nc + k, c) for k, c in enumerate(carry) if _is_narrow_atom(ins[nc + k]))
+        tw.update(zip([i for i in xs if i in twins], xt, strict=True))
+        outs, out_twins = _body(p["jaxpr"], [*consts, *cv, *xv], tw, narrow_out)
+        at = dict(zip(narrow_out, out_twins, strict=True))
+        new = [at.get(k, outs[k]) for k in range(nk)]
+        return new, (outs[nk:], [at[j] for j in narrow_out if j >= nk])
+
+    stacked = [values[i] for i in xs], [twins[i] for i in xs if i in twins]
+    carry, (ys, yt) = lax.scan(
+        body, init, stacked, length=p["length"], reverse=p["reverse"], unroll=p["unroll"]
+    )
+    cv = [_narrowed(c, d) for c, d in zip(carry, dtypes, strict=True)]
+    carry_twins = [c for c, a in zip(carry, ins[nc : nc + nk], strict=True) if _is_narrow_atom(a)]
+    _write_with_twins(frame, eqn, [*cv, *ys], [*carry_twins, *yt])
+    return True
+
+
+def _narrowed(x: Any, d: np.dtype | None) -> Any:
+    """A narrow carry's value from its twin (exact: the twin holds the narrow value)."""
+    return lax.convert_element_type(x, d) if d is not None and is_narrow(d) else x
+
+
+def _cond(frame: Frame, eqn: Any) -> bool:
+    """``cond``/``switch`` that reads narrow values: the branches evaluated with twins, the narrow
+    operands' twins passed in and the narrow results' returned."""
+    if not _reads_narrow(eqn):
+        return False
+    index, *ops = eqn.invars
+    narrow_in, narrow_out = _narrow_positions(ops), _narrow_positions(eqn.outvars)
+
+    def branch(closed: Any) -> Callable[..., tuple[list[Any], list[Any]]]:
+        def run(values: list[Any], twins: list[Any]) -> tuple[list[Any], list[Any]]:
+            return _body(closed, values, dict(zip(narrow_in, twins, strict=True)), narrow_out)
+
+        return run
+
+    outs, out_twins = lax.switch(
+        frame.read(index),
+        [branch(b) for b in eqn.params["branches"]],
+        [frame.read(a) for a in ops],
+        [frame.twin(ops[i]) for i in narrow_in],
+    )
+    _write_with_twins(frame, eqn, outs, out_twins)
     return True
 
 
@@ -213,9 +303,9 @@ _BODIES: dict[Body, Callable[[Frame, Any], bool]] = {
     Body.JIT: _inline_jit,
     Body.CALL: _inline_call,
     Body.REMAT: _remat,
-    Body.SCAN: _bound,
+    Body.SCAN: _scan,
     Body.WHILE: _bound,
-    Body.COND: _bound,
+    Body.COND: _cond,
     Body.CUSTOM_JVP: _bound,
     Body.CUSTOM_VJP: _bound,
     Body.SHARD_MAP: _bound,
@@ -413,7 +503,7 @@ def _instantiate(t: Any, x: Any) -> Any:
     return jnp.zeros_like(x) if isinstance(t, SymbolicZero) else t
 
 
-_ARRAYS = (jax.Array, jax.core.Tracer, np.ndarray, np.generic)
+_ARRAYS = (jax.Array, jax.core.Tracer)  # a NumPy value is returned as it is, as jax.grad does
 
 
 def evaluate(

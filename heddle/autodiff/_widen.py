@@ -254,5 +254,7 @@ def widen_bind(eqn: Any, args: Sequence[Any]) -> list[Any]:
     if has(name, Fact.USER_RULE):
         _own_rule(eqn, args)
     if has(name, Fact.BITS):
-        raise NotWidened("a bit cast depends on the narrow dtype's width")
+        if any(is_narrow(getattr(a.aval, "dtype", None)) for a in (*eqn.invars, *eqn.outvars)):
+            raise NotWidened("a bit cast depends on the narrow dtype's width")
+        return _widened_params(eqn, args)  # no narrow dtype (jax.random's uint32 -> float32)
     return _widened_params(eqn, args)

@@ -187,6 +187,8 @@ def test_nested_heddle_and_jax_transforms():
         ("0", "must be an int"),
         (0.0, "must be an int"),
         ((0, 1.5), "must be an int"),
+        ((0, 0), "names argument 0 twice"),
+        ((0, -2), "names argument 0 twice"),
     ],
 )
 def test_bad_argnums(argnums, fragment):
@@ -265,11 +267,12 @@ def test_allow_int_gives_a_typed_key_a_float0_gradient_as_jax_does():
 
 def test_aux_leaves_that_are_not_arrays_come_back_as_they_are():
     # jax.grad returns a string, a Python number or None in aux untouched (eagerly)
-    aux = {"name": "loss", "n": 3, "s": 1.5, "none": None}
+    aux = {"name": "loss", "n": 3, "s": 1.5, "none": None, "np": np.float64(0.1)}
     f = lambda x: (jnp.sum(x.astype(F32)), aux)
     for grad in (jax.grad, autodiff.grad):
         g, got = grad(f, has_aux=True)(jnp.ones(2, BF16))
         assert got == aux and type(got["s"]) is float and type(got["n"]) is int
+        assert type(got["np"]) is np.float64
     value, g = autodiff.value_and_grad(lambda x: 1.0)(jnp.ones((), BF16))
     assert value == 1.0 and g.dtype == F32 and float(g) == 0.0
 

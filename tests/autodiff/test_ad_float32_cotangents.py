@@ -319,11 +319,6 @@ def test_structured_parameters_differentiate(name, transform):
     np.testing.assert_allclose(np.asarray(g, np.float64), plain, rtol=2.0**-7, atol=1e-30)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known limit (docs/autodiff.md): a widened loop body is differentiated along its float32 "
-    "trajectory, so control flow that depends on narrow rounding inside a scan/while differs",
-)
 def test_a_loop_follows_the_narrow_trajectory():
     """The derivative of a scan is taken along the values the bfloat16 program computes: s + 0.001
     stays 1.0 in bfloat16, so the branch never fires and dy/dy0 is 1 (along a float32 trajectory

@@ -29,6 +29,7 @@ def _layer(dtype):
         z = jnp.tanh(h.astype(dtype) @ w.astype(dtype))
         return h + z.astype(F32)
 
+    layer.dtype = dtype
     return layer
 
 
@@ -66,6 +67,22 @@ def _jit_of_scan(layer):
     return jax.jit(_scan(layer))
 
 
+def _scan_with_dropout(layer):
+    def step(h, wi):  # jax.random in the body: a uint32 -> float32 bit cast
+        w, i = wi
+        keep = jax.random.bernoulli(jax.random.fold_in(jax.random.key(0), i), 0.75, h.shape)
+        return jnp.where(keep, layer(h, w), h), None
+
+    return lambda W, x: lax.scan(step, x, (W, jnp.arange(W.shape[0])))[0]
+
+
+def _scan_with_a_narrow_carry(layer):
+    def step(h, w):  # the carry in the layer's dtype (float32 in the reference)
+        return layer(h.astype(F32), w).astype(layer.dtype), None
+
+    return lambda W, x: lax.scan(step, x.astype(layer.dtype), W)[0].astype(F32)
+
+
 BODIES = {
     "scan": _scan,
     "fori_loop": _fori,
@@ -74,6 +91,8 @@ BODIES = {
     "checkpoint": _checkpoint,
     "checkpoint_in_scan": _checkpoint_in_scan,
     "jit_of_scan": _jit_of_scan,
+    "scan_with_dropout": _scan_with_dropout,
+    "scan_with_a_narrow_carry": _scan_with_a_narrow_carry,
 }
 
 
@@ -106,3 +125,46 @@ def test_a_tiny_loss_through_a_float32_body_is_within_1_percent_of_float32(body,
     for g, r in zip(got, want, strict=True):
         err = float(jnp.max(jnp.abs(g - r)) / jnp.max(jnp.abs(r)))
         assert err < 0.01, err  # float16 forward values; the cotangents held in float32
+
+
+def test_a_scan_follows_the_narrow_values_to_an_overflow():
+    # float16 overflows inside the body: the loss is inf, and the gradient is the unrolled loop's
+    # (along the narrow values: inf where the overflow reaches it); a float32 version of the body
+    # would not overflow and give a finite gradient for w
+    def step(w, h):
+        return h + (h.astype(F16) * w.astype(F16) * 300.0).astype(F32)
+
+    def scanned(w, x):
+        return jnp.sum(lax.scan(lambda h, _: (step(w, h), None), x, None, length=3)[0])
+
+    def unrolled(w, x):
+        for _ in range(3):
+            x = step(w, x)
+        return jnp.sum(x)
+
+    w, x = jnp.float32(1.0), jnp.ones(2, F32)
+    assert np.isinf(float(scanned(w, x)))
+    for tr in (lambda f: f, jax.jit):
+        got = tr(autodiff.grad(scanned, argnums=(0, 1)))(w, x)
+        want = tr(autodiff.grad(unrolled, argnums=(0, 1)))(w, x)
+        assert np.isinf(float(got[0]))
+        for g, r in zip(got, want, strict=True):
+            np.testing.assert_allclose(np.asarray(g), np.asarray(r), rtol=1e-6)
+
+
+def test_a_while_loop_with_random_draws_keeps_float32_tangents():
+    # forward mode through a while loop's float32 version: jax.random's bit casts do not stop it
+    def f(x):
+        def body(c):
+            i, h = c
+            keep = jax.random.bernoulli(jax.random.fold_in(jax.random.key(1), i), 0.75, h.shape)
+            z = jnp.tanh(h.astype(F16)).astype(F32)
+            return i + 1, jnp.where(keep, h + z, h)
+
+        return lax.while_loop(lambda c: c[0] < 3, body, (0, x))[1]
+
+    x = jnp.linspace(-1.0, 1.0, 8, dtype=F32)
+    plain = autodiff.jacfwd(f)(x)
+    tiny = autodiff.jacfwd(lambda x: f(x) * TINY)(x)
+    assert float(jnp.max(jnp.abs(plain))) > 0
+    np.testing.assert_array_equal(np.asarray(tiny) / TINY, np.asarray(plain))
