@@ -1,6 +1,7 @@
 """heddle.autodiff against jax.grad on the same heddle.numpy forward pass (issue 5's target).
 
-For the MLP and transformer block of ``heddle.examples`` in bfloat16 and float16, written with
+For the MLP and transformer block of ``heddle.examples`` and a scan over stacked layers with a
+float32 residual stream (``scanned_layers``), in bfloat16 and float16, written with
 heddle.numpy and with jax.numpy, the compiled gradient step ``jax.jit(heddle.autodiff.grad(loss))``
 (its default ``contractions="float32"``, and ``contractions="scaled"``) against
 ``jax.jit(jax.grad(loss))``: the forward pass is the same code; heddle's backward pass keeps every
@@ -33,11 +34,28 @@ from heddle import autodiff, examples
 BF16 = jnp.bfloat16
 
 
+def scanned_layers(xp, p, x):
+    """A scan over stacked layers with a float32 residual stream, each layer in the weights' dtype
+    (the layout of a scanned deep model): ``h + tanh(h @ w)``."""
+
+    def layer(h, w):
+        z = xp.tanh(xp.matmul(h.astype(w.dtype), w))
+        return h + z.astype(jnp.float32), None
+
+    return jax.lax.scan(layer, x.astype(jnp.float32), p["w"])[0]
+
+
 def models(dtype):
     rng = np.random.default_rng(0)
     mlp_p = examples.cast_tree(examples.init_mlp(rng, (256, 1024, 1024, 10)), "float32")
     blk_p = examples.cast_tree(examples.init_block(rng, 128, 512), "float32")
+    scan_w = rng.standard_normal((6, 256, 256)) / 16
     return {
+        "scan over 6 layers d=256, batch 256": (
+            scanned_layers,
+            {"w": jnp.asarray(scan_w, jnp.float32).astype(dtype)},
+            jnp.asarray(rng.standard_normal((256, 256)), jnp.float32).astype(dtype),
+        ),
         "MLP 256-1024-1024-10, batch 512": (
             examples.mlp,
             {k: jnp.asarray(v).astype(dtype) for k, v in mlp_p.items()},
