@@ -46,8 +46,12 @@ def _contraction(
 
 def like(x: jax.Array, other: jax.Array) -> jax.Array:
     """``x`` converted, explicitly and exactly, to ``other``'s dtype where they differ (a narrow
-    residual meeting a float32 tangent): the contraction then has one operand dtype."""
-    return x if x.dtype == other.dtype else lax.convert_element_type(x, other.dtype)
+    residual meeting a float32 tangent): the contraction then has one operand dtype. The narrow
+    value crosses an ``optimization_barrier`` first, so XLA reads it rounded (it may otherwise pass
+    on the unrounded float32 value it was computed from, ``xla_allow_excess_precision``)."""
+    if x.dtype == other.dtype:
+        return x
+    return lax.convert_element_type(lax.optimization_barrier(x), other.dtype)
 
 
 def contract(

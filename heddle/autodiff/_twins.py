@@ -9,10 +9,11 @@ can produce its *twin*: one float32 array with exactly ``v``'s values, shared by
 rewrites use the twins; everything else is bound unchanged:
 
 1. ``convert_element_type(v -> float32/float64)`` of a narrow ``v`` (how heddle's ops enter their
-   float32 path) returns ``v``'s twin. All uses of ``v`` then read one float32 variable, so JAX sums
-   their cotangent contributions in float32 (its ``add_any`` works at the variable's dtype). For a
-   differentiated leaf the twin is the float32 variable heddle.autodiff differentiates with respect
-   to: its gradient is never rounded at all.
+   float32 path) is bound as it is, differentiated as the same conversion of ``v``'s twin. All uses
+   of ``v`` then differentiate through one float32 variable, so JAX sums their cotangent
+   contributions in float32 (its ``add_any`` works at the variable's dtype). For a differentiated
+   leaf the twin is the float32 variable heddle.autodiff differentiates with respect to: its
+   gradient is never rounded at all.
 2. ``dot_general`` with a narrow operand and a float32 result (heddle's contractions, with
    ``preferred_element_type=float32``) becomes ``contract``: same forward, tangent through the twins.
 3. Operations that only copy values (reshape, transpose, broadcast, slicing, gather, concatenate,
@@ -113,10 +114,28 @@ def _convert(frame: Frame, eqn: Any) -> bool:
     if s is None or not (_is_float(d) or jnp.issubdtype(d, jnp.complexfloating)):
         return False
     if is_narrow(s) and d.itemsize >= 4:  # to float32, float64 or complex: read the twin
-        t = frame.twin(src)
-        frame.write(out, t if d == _F32 else lax.convert_element_type(t, d))
+        frame.write(out, _read_as(d)(frame.twin(src), frame.read(src)))
         return True
     return False
+
+
+@functools.cache
+def _read_as(d: np.dtype) -> Callable[[Any, Any], Any]:
+    """``f(twin, v)``: ``convert(v, d)`` as the plain program binds it, differentiated as
+    ``convert(twin, d)``. The value is the plain conversion's, so XLA compiles it as it compiles
+    the plain program (where it keeps a fused narrow intermediate unrounded, ``excess precision``,
+    the value is the same); the derivative reaches the twin, which every use of ``v`` shares."""
+
+    @jax.custom_jvp
+    def f(twin: Any, v: Any) -> Any:
+        del twin
+        return lax.convert_element_type(v, d)
+
+    @f.defjvp
+    def _(primals: Any, tangents: Any) -> tuple[Any, Any]:
+        return f(*primals), lax.convert_element_type(tangents[0], d)
+
+    return f
 
 
 def _dot(frame: Frame, eqn: Any) -> bool:
@@ -240,7 +259,15 @@ def _scan(frame: Frame, eqn: Any) -> bool:
     nc, nk = p["num_consts"], p["num_carry"]
     ins = list(eqn.invars)
     values = [frame.read(a) for a in ins]
-    twins = {i: frame.twin(ins[i]) for i in _narrow_positions(ins)}
+    carries = range(nc, nc + nk)
+    # a narrow carry is carried as its twin; a narrow constant or input has its own twin passed
+    # in only where it has one (a differentiated value): else the body widens its values itself,
+    # step by step (no float32 copy of a whole stack of data)
+    twins = {
+        i: frame.twin(ins[i])
+        for i in _narrow_positions(ins)
+        if i in carries or frame.has_twin(ins[i])
+    }
     narrow_out = _narrow_positions(eqn.outvars)
     xs = range(nc + nk, len(ins))
     consts, const_twins = values[:nc], {i: t for i, t in twins.items() if i < nc}
@@ -279,7 +306,8 @@ def _cond(frame: Frame, eqn: Any) -> bool:
     if not _reads_narrow(eqn):
         return False
     index, *ops = eqn.invars
-    narrow_in, narrow_out = _narrow_positions(ops), _narrow_positions(eqn.outvars)
+    narrow_in = [i for i in _narrow_positions(ops) if frame.has_twin(ops[i])]  # as in ``_scan``
+    narrow_out = _narrow_positions(eqn.outvars)
 
     def branch(closed: Any) -> Callable[..., tuple[list[Any], list[Any]]]:
         def run(values: list[Any], twins: list[Any]) -> tuple[list[Any], list[Any]]:
@@ -451,18 +479,21 @@ def _bilinear_tangent(eqn: Any, floats: list[int]) -> Callable[..., list[Any]]:
     it (narrow, widened exactly), so the backward contractions read the narrow residuals, not
     float32 copies."""
 
+    def term(i: int, t: Any, *ins: Any) -> Any:
+        args = list(ins)
+        for j in floats:
+            args[j] = t if j == i else like(ins[j], t)
+        with _scaled.mode("float32"):
+            return widen_bind(eqn, args)[0]
+
     def tangent(ins: Any, xs: Any, ts: Any) -> list[Any]:
         del xs
         terms = []  # an operand that is not differentiated has no term (no contraction of zeros)
         for i, t in zip(floats, ts, strict=True):
-            if isinstance(t, SymbolicZero):
-                continue
-            args = list(ins)
-            for j in floats:
-                args[j] = t if j == i else like(ins[j], t)
-            with _scaled.mode("float32"):
-                (term,) = widen_bind(eqn, args)
-            terms.append(term)
+            if not isinstance(t, SymbolicZero):
+                # under a checkpoint, the backward pass saves the narrow operand and widens it
+                # where it reads it (a scan would otherwise stack a float32 copy of each step's)
+                terms.append(jax.checkpoint(functools.partial(term, i))(t, *ins))
         if not terms:
             return [None]
         return [terms[0] if len(terms) == 1 else terms[0] + terms[1]]
