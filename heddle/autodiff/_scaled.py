@@ -22,13 +22,14 @@ default. What is given up against the default is the cotangent's precision insid
 same cotangent to the narrow dtype without a scale (and rounds the results too), nothing but the
 last bit of a float16 cotangent whose largest element is within a factor 2 of 65504.
 
-Contractions whose operands are not both bfloat16 or both float16 (float8, mixed dtypes) keep the
-default rule. Under explicit mesh axes each backward contraction names its result's sharding, the
-operand's, as JAX's own transpose rule does. The rule is a ``jax.custom_vjp`` whose
-backward contractions are themselves differentiable: differentiated again (forward over reverse,
-``jax.jvp`` of a gradient), they are the same contractions in float32. Inside the float32 version
-of a ``scan``, ``while`` or ``cond`` body (``_widen``), a contraction of two bfloat16 or two float16
-operands uses the rule too (``widened``).
+Contractions whose operands are not both bfloat16 or both float16 (float8, mixed dtypes),
+convolutions and ragged dots keep the default rule. Under explicit mesh axes each backward
+contraction names its result's sharding, the operand's, as JAX's own transpose rule does. The rule
+is a ``jax.custom_vjp`` whose backward contractions are themselves differentiable: differentiated
+again (forward over reverse, ``jax.jvp`` of a gradient), they are the same contractions in float32.
+Inside the float32 version of a ``while`` body or a ``custom_jvp`` function (``_widen``), a
+contraction of two bfloat16 or two float16 operands uses the rule too (``widened``); ``scan`` and
+``cond`` bodies are evaluated with twins, where every contraction takes it as at top level.
 """
 
 from __future__ import annotations
