@@ -63,17 +63,11 @@ class _Traced:
             lambda i: twin_of(i) if is_narrow(jnp.result_type(flat[i])) else flat[i],
             main,
         )
-        if self.has_aux:
-            return wide, jax.tree.map(lambda i: flat[i], aux)
-        return wide
-
-    def narrow_value(self, value: Any) -> Any:
-        """Rounds the widened main output back to the function's dtypes (exact)."""
-        return jax.tree.map(
-            lambda v, d: lax.convert_element_type(v, d) if getattr(v, "dtype", d) != d else v,
-            value,
-            self.out_dtypes,
-        )
+        # JAX is always given an aux: the user's, and the main output as the function computed it
+        # (its narrow values returned bit for bit, signalling NaN payloads included, rather than
+        # rounded back from their float32 twins)
+        user_aux = jax.tree.map(lambda i: flat[i], aux) if self.has_aux else None
+        return wide, (user_aux, jax.tree.map(lambda i: flat[i], main))
 
 
 def _check_contractions(contractions: str, name: str) -> str:
@@ -110,7 +104,7 @@ def _apply(
     """
     traced, leaves = _setup(fun, args, kwargs, argnums, has_aux, name, contractions)
     jargnums = _jax_argnums(argnums, leaves.argnums)
-    res = transform(traced, argnums=jargnums, has_aux=has_aux, holomorphic=holomorphic)(
+    res = transform(traced, argnums=jargnums, has_aux=True, holomorphic=holomorphic)(
         *leaves.wide_args
     )
     return traced, leaves, jargnums, res
@@ -168,7 +162,7 @@ def value_and_grad(
 
     @functools.wraps(fun)
     def wrapped(*args: Any, **kwargs: Any) -> tuple[Any, Any]:
-        traced, _, _, (value, grads) = _apply(
+        _, _, _, (value, grads) = _apply(
             transform,
             "value_and_grad",
             fun,
@@ -179,10 +173,8 @@ def value_and_grad(
             kwargs,
             contractions,
         )
-        if has_aux:
-            value, aux = value
-            return (traced.narrow_value(value), aux), grads
-        return traced.narrow_value(value), grads
+        _, (aux, value) = value
+        return ((value, aux) if has_aux else value), grads
 
     return wrapped
 
@@ -269,8 +261,7 @@ def vjp(
     traced, leaves = _setup(
         fun, primals, {}, tuple(range(len(primals))), has_aux, "vjp", contractions
     )
-    res = jax.vjp(traced, *leaves.wide_args, has_aux=has_aux)
-    out, pull = res[0], res[1]
+    _, pull, (aux, out) = jax.vjp(traced, *leaves.wide_args, has_aux=True)
 
     shapes = jax.tree.map(np.shape, out)
 
@@ -287,8 +278,7 @@ def vjp(
             )
         return pull(jax.tree.map(_pullback_cotangent, ct, traced.out_dtypes, shapes))
 
-    result = (traced.narrow_value(out), pullback)
-    return (*result, res[2]) if has_aux else result
+    return (out, pullback, aux) if has_aux else (out, pullback)
 
 
 def _pullback_cotangent(c: Any, d: np.dtype, shape: tuple[int, ...]) -> Any:
@@ -350,7 +340,7 @@ def _jac(
         traced, leaves, jargnums, res = _apply(
             transform, name, fun, argnums, has_aux, holomorphic, args, kwargs, contractions
         )
-        jac, aux = res if has_aux else (res, None)
+        jac, (aux, _) = res
         if isinstance(jargnums, int):
             in_dtypes = leaves.input_dtypes(jargnums)
         else:

@@ -7,8 +7,8 @@ Each differentiated leaf is replaced, for JAX, by a leaf of its gradient dtype:
   original leaf), so JAX returns a zero float32 gradient for it;
 - every other leaf (float32, float64, complex, keys) is kept.
 
-The function is then called with the narrow value rebuilt from its float32 copy (exact again), and
-the float32 copy is the leaf's twin in the evaluator.
+The function is then called with the narrow leaf as given (bit for bit, a signalling NaN's payload
+included), differentiated through its float32 copy, which is the leaf's twin in the evaluator.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ _F32 = np.dtype("float32")
 class Kind(enum.Enum):
     """How a differentiated leaf is presented to JAX."""
 
-    NARROW = "narrow"  # float32 copy; the function sees it rounded back (exactly)
+    NARROW = "narrow"  # float32 copy; the function sees the leaf as given
     INTEGER = "integer"  # float32 zeros; the function sees the original leaf
     KEEP = "keep"  # the leaf itself (float32, float64, complex, anything else)
 
@@ -112,6 +112,21 @@ def normalize_argnums(argnums: int | Sequence[int], nargs: int, name: str) -> tu
     return tuple(out)
 
 
+@jax.custom_jvp
+def _as_given(wide: Any, given: Any) -> Any:
+    """A narrow leaf as the function sees it: the leaf as given, bit for bit (its float32 copy
+    ``wide`` holds the same value, but a signalling NaN's payload is quieted by the widening),
+    differentiated as ``wide`` rounded back to the leaf's dtype (exact)."""
+    del wide
+    return given
+
+
+@_as_given.defjvp
+def _(primals: Any, tangents: Any) -> tuple[Any, Any]:
+    wide, given = primals
+    return _as_given(wide, given), lax.convert_element_type(tangents[0], given.dtype)
+
+
 class Leaves:
     """The differentiated arguments of one call: kinds, originals and their widened versions."""
 
@@ -153,7 +168,7 @@ class Leaves:
                     row.append(("static", orig))
                 elif k is Kind.NARROW:
                     row.append(("dyn", len(dynamic)))
-                    dynamic.append(lax.convert_element_type(w, np.dtype(orig.dtype)))
+                    dynamic.append(_as_given(w, orig))
                     twins.append(w)
                 elif _leaf_dtype(w) is not None or isinstance(w, float | complex):
                     row.append(("dyn", len(dynamic)))

@@ -309,3 +309,18 @@ def test_an_operand_not_differentiated_adds_no_contraction(argnums):
     report = _audit.audit(grad, w, x)
     assert {f.kind for f in report.findings} == {"narrow_accumulation"}, str(report)
     assert {f.phase for f in report.findings} == {"forward"}, str(report)
+
+
+@pytest.mark.parametrize("dtype", [jnp.float16, BF16], ids=["f16", "bf16"])
+def test_every_nan_payload_of_a_narrow_leaf_comes_back_as_given(dtype, transform):
+    # the differentiated leaf is widened to a float32 copy, which quiets a signalling NaN; the
+    # function sees (and vjp returns) the leaf's own bits
+    n = np.iinfo(np.uint16).max + 1
+    bits = np.arange(n, dtype=np.uint32).astype(np.uint16)
+    x = jnp.asarray(bits.view(jnp.dtype(dtype)))
+    out = transform(lambda x: autodiff.vjp(lambda x: x, x)[0])(x)
+    np.testing.assert_array_equal(np.asarray(out).view(np.uint16), bits)
+    value = transform(
+        autodiff.value_and_grad(lambda x: (jnp.sum(x.astype(F32) * 0), x), has_aux=True)
+    )(x)
+    np.testing.assert_array_equal(np.asarray(value[0][1]).view(np.uint16), bits)
