@@ -3,8 +3,8 @@
 This is the mechanism of heddle.autodiff (see the package docstring for why it is needed): a rule set
 on the interpreter core autocast runs on (``heddle.programs._interpret``: its run loop, frame and
 inline descent). The function is traced once to a jaxpr; the jaxpr is then evaluated equation by
-equation, binding the same primitives with the same parameters, so every primal value is bit for bit the one the plain call
-computes. Beside each narrow float variable ``v`` (bfloat16, float16, float8, float4) the evaluator
+equation, binding the same primitives with the same parameters, so every primal value is bit for
+bit the one the plain call computes. Beside each narrow float variable ``v`` (bfloat16, float16, float8, float4) the evaluator
 can produce its *twin*: one float32 array with exactly ``v``'s values, shared by every use. Four
 rewrites use the twins; everything else is bound unchanged:
 
