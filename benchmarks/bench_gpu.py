@@ -23,9 +23,12 @@ What it measures (medians after warm-up, heddle and the alternative alternating)
 6. The backward pass with float32 cotangents: ``heddle.autodiff.grad`` with its default
    ``contractions="float32"`` (float32 backward matmuls) and with ``contractions="scaled"``
    (bfloat16/float16 backward matmuls on a scaled copy of the cotangent) against ``jax.grad`` of
-   the same bfloat16 and float16 transformer block and MLP. Target: scaled / jax.grad <= 1.05.
+   the same bfloat16 and float16 transformer block and MLP, written with heddle.numpy and with
+   jax.numpy. Target: scaled / jax.grad <= 1.05. Section 4 has the training step of each.
 
 Results go to ``benchmarks/RESULTS-gpu.md`` (``--out`` to change), with the machine and versions.
+``--sections 6`` runs only section 6 (any subset, in the order given); ``--append`` adds the sections
+to the file instead of replacing it. Each section is printed as soon as it is measured.
 """
 
 from __future__ import annotations
@@ -188,28 +191,36 @@ def _loss(xp: Any, nn: Any, cast: Callable[[Any, Any], Any], compute: Any) -> Ca
     return loss
 
 
-def _heddle_step(compute: Any, scaled: bool) -> tuple[Callable, optax.GradientTransformation]:
+def _heddle_step(
+    compute: Any, scaled: bool, contractions: str = "float32"
+) -> tuple[Callable, optax.GradientTransformation]:
     loss = _loss(hnp, hnn, heddle.astype, compute)
+    how = {"contractions": contractions}
     sgd = optax.sgd(1e-3, momentum=0.9)
     if scaled:
         opt = scaling.dynamic_loss_scale(sgd)
 
         def step(params, state, x, y):
-            value, grads, _ = scaling.backward_scaled(loss, scaling.loss_scale(state))(params, x, y)
+            value, grads, _ = scaling.backward_scaled(loss, scaling.loss_scale(state), **how)(
+                params, x, y
+            )
             updates, state = opt.update(grads, state, params, value=value)
             return optax.apply_updates(params, updates), state, value
 
         return step, opt
 
     def plain(params, state, x, y):
-        value, grads = autodiff.value_and_grad(loss)(params, x, y)
+        value, grads = autodiff.value_and_grad(loss, **how)(params, x, y)
         updates, state = sgd.update(grads, state, params)
         return optax.apply_updates(params, updates), state, value
 
     return plain, sgd
 
 
-def _jax_step(compute: Any, scaled: bool) -> tuple[Callable, optax.GradientTransformation]:
+def _jax_step(
+    compute: Any, scaled: bool, contractions: str = "float32"
+) -> tuple[Callable, optax.GradientTransformation]:
+    del contractions  # plain JAX has one backward pass
     loss = _loss(jnp, jax.nn, lambda a, d: a.astype(d), compute)
     sgd = optax.sgd(1e-3, momentum=0.9)
     if not scaled:
@@ -240,8 +251,11 @@ def _jax_step(compute: Any, scaled: bool) -> tuple[Callable, optax.GradientTrans
     return step, optax.GradientTransformation(init, None)
 
 
-REGIMES = (("float32", jnp.float32, False), ("bfloat16", jnp.bfloat16, False),
-           ("float16 + loss scaling", jnp.float16, True))  # fmt: skip
+REGIMES = (("float32", jnp.float32, False, "float32"),
+           ("bfloat16", jnp.bfloat16, False, "float32"),
+           ('bfloat16, contractions="scaled"', jnp.bfloat16, False, "scaled"),
+           ("float16 + loss scaling", jnp.float16, True, "float32"),
+           ('float16 + loss scaling, contractions="scaled"', jnp.float16, True, "scaled"))  # fmt: skip
 
 
 def bench_training(dry: bool) -> list[list[Any]]:
@@ -252,10 +266,10 @@ def bench_training(dry: bool) -> list[list[Any]]:
     x = jax.random.normal(kx, (batch, sizes[0]), jnp.float32)
     y = jax.random.randint(ky, (batch,), 0, sizes[-1], jnp.int32)
     out = []
-    for name, compute, scaled in REGIMES:
+    for name, compute, scaled, contractions in REGIMES:
         runners = []
         for make in (_heddle_step, _jax_step):
-            step, opt = make(compute, scaled)
+            step, opt = make(compute, scaled, contractions)
             step = jax.jit(step)
             carry = [_init(sizes)]
             carry.append(opt.init(carry[0]))
@@ -287,13 +301,14 @@ def bench_backward(dry: bool) -> list[list[Any]]:
         (f"MLP {'-'.join(map(str, sizes))}, batch {mlp_batch}", examples.mlp, mlp_p, x_mlp),
     ]
     out = []
-    for (name, model, p64, x64), dtype in itertools.product(models, (jnp.bfloat16, jnp.float16)):
+    cases = itertools.product(models, (hnp, jnp), (jnp.bfloat16, jnp.float16))
+    for (name, model, p64, x64), xp, dtype in cases:
         params = {k: jnp.asarray(v, jnp.float32).astype(dtype) for k, v in p64.items()}
         x = jnp.asarray(x64, jnp.float32).astype(dtype)
 
-        def loss(p, x, model=model):
-            y = model(hnp, p, x)
-            return hnp.mean(hnp.multiply(y, y))
+        def loss(p, x, model=model, xp=xp):
+            y = model(xp, p, x)
+            return xp.mean(xp.multiply(y, y))
 
         theirs = jax.jit(jax.grad(loss))
         ours = jax.jit(autodiff.grad(loss))
@@ -301,7 +316,7 @@ def bench_backward(dry: bool) -> list[list[Any]]:
         base = lambda: theirs(params, x)
         _, _, r_ours = _ratio(lambda: ours(params, x), base, dry)
         t_scaled, t_theirs, r_scaled = _ratio(lambda: scaled(params, x), base, dry)
-        row = [f"{name}, {jnp.dtype(dtype).name}", f"{t_theirs * 1e3:.3g}"]
+        row = [f"{name}, {xp.__name__}, {jnp.dtype(dtype).name}", f"{t_theirs * 1e3:.3g}"]
         out.append([*row, f"{t_scaled * 1e3:.3g}", f"{r_ours:.3f}", f"**{r_scaled:.3f}**"])
     return out
 
@@ -326,74 +341,108 @@ def bench_contraction_matrix(dry: bool) -> list[str]:
 # ---- the report --------------------------------------------------------------------------------
 
 
-def report(dry: bool) -> str:
-    """Runs every benchmark; returns the markdown report."""
-    start = time.perf_counter()
+def _section_1(dry: bool) -> list[str]:
     red, red_note = bench_reduction(dry)
-    parts = [
+    headers = ["reduction", "GiB read", "ms", "GB/s (read + write)", "/ copy"]
+    return [
         "## 1. bfloat16 reduction against copy bandwidth",
         "",
-        table(["reduction", "GiB read", "ms", "GB/s (read + write)", "/ copy"], red),
+        table(headers, red),
         "",
         red_note,
-        "",
+    ]
+
+
+def _section_2(dry: bool) -> list[str]:
+    headers = ["shape", "heddle TFLOP/s", "jnp.matmul TFLOP/s", "heddle / jnp"]
+    return [
         "## 2. bfloat16 matmul, float32 accumulation",
         "",
-        table(["shape", "heddle TFLOP/s", "jnp.matmul TFLOP/s", "heddle / jnp"], bench_matmul(dry)),
+        table(headers, bench_matmul(dry)),
         "",
         "Target: heddle / jnp >= 0.95 (heddle asks for a float32 accumulator and rounds once).",
-        "",
+    ]
+
+
+def _section_3(dry: bool) -> list[str]:
+    headers = ["matmul", "max error / max abs(exact)", "ms", "time / jnp.matmul's"]
+    return [
         "## 3. float32 matmul: error against float64",
         "",
-        table(
-            ["matmul", "max error / max abs(exact)", "ms", "time / jnp.matmul's"],
-            bench_f32_error(dry),
-        ),
+        table(headers, bench_f32_error(dry)),
         "",
         "heddle runs float32 contractions at `Precision.HIGHEST` unless the policy says otherwise "
         "(`Policy.float32_matmul_precision`); the backend default on NVIDIA GPUs is TF32.",
-        "",
+    ]
+
+
+def _section_4(dry: bool) -> list[str]:
+    headers = ["regime", "heddle steps/s", "plain JAX steps/s", "heddle / JAX"]
+    return [
         "## 4. Training steps (MLP, momentum SGD)",
         "",
-        table(
-            ["regime", "heddle steps/s", "plain JAX steps/s", "heddle / JAX"], bench_training(dry)
-        ),
+        table(headers, bench_training(dry)),
         "",
         f"MLP {SIZES['mlp'][dry][0]}, batch {SIZES['mlp'][dry][1]}. float32 masters in the "
         "bfloat16 and float16 regimes; heddle's float32 regime runs its matmuls at "
         "Precision.HIGHEST, plain JAX's at the backend default (TF32 on NVIDIA GPUs).",
-        "",
-        "## 5. Narrow contractions (the matrix of bench_contractions.py)",
-        "",
-        *bench_contraction_matrix(dry),
-        "",
+    ]
+
+
+def _section_5(dry: bool) -> list[str]:
+    return ["## 5. Narrow contractions (the matrix of bench_contractions.py)", "",
+            *bench_contraction_matrix(dry)]  # fmt: skip
+
+
+def _section_6(dry: bool) -> list[str]:
+    headers = ["model, namespace, dtype", "jax.grad ms", "scaled ms", "float32 / jax.grad",
+               "scaled / jax.grad (target <= 1.05)"]  # fmt: skip
+    return [
         "## 6. Backward pass: float32 cotangents, float32 or scaled backward contractions",
         "",
-        table(
-            [
-                "model (heddle.numpy), dtype",
-                "jax.grad ms",
-                "scaled ms",
-                "float32 / jax.grad",
-                "scaled / jax.grad (target <= 1.05)",
-            ],
-            bench_backward(dry),
-        ),
+        table(headers, bench_backward(dry)),
         "",
-        "Jitted gradients of the same forward pass: `jax.grad` (narrow cotangents, narrow "
-        "gradients), `heddle.autodiff.grad` (float32 cotangents and gradients) with "
+        "Jitted gradients of the same forward pass, written with heddle.numpy and with jax.numpy: "
+        "`jax.grad` (narrow cotangents where the forward pass is narrow, narrow gradients), "
+        "`heddle.autodiff.grad` (float32 cotangents and gradients) with "
         '`contractions="float32"` (the default) and `contractions="scaled"`.',
     ]
-    took = time.perf_counter() - start
+
+
+SECTIONS: dict[str, Callable[[bool], list[str]]] = {
+    "1": _section_1, "2": _section_2, "3": _section_3,
+    "4": _section_4, "5": _section_5, "6": _section_6,
+}  # fmt: skip
+
+
+def report(dry: bool, sections: str = "123456", emit: Callable[[str], None] = print) -> str:
+    """Runs the benchmarks of ``sections`` (in that order); returns the markdown report.
+
+    Each section's text goes to ``emit`` as soon as it is measured, so a run stopped part-way still
+    shows what it measured.
+    """
+    start = time.perf_counter()
     head = [
         "# GPU benchmark results" + (" (dry run: toy sizes, not a measurement)" if dry else ""),
         "",
         f"Recorded {datetime.date.today().isoformat()} on {machine()}.",
-        f"Command: `python benchmarks/bench_gpu.py{' --dry-run' if dry else ''}` ({took:.0f} s); "
-        "`bash benchmarks/gpu.sh` runs it with the GPU tests.",
         "",
     ]
-    return "\n".join(head + parts) + "\n"
+    emit("\n".join(head))
+    parts: list[str] = []
+    for key in sections:
+        text = "\n".join(SECTIONS[key](dry)) + "\n"
+        emit(text)
+        parts.append(text)
+    took = time.perf_counter() - start
+    flag = (" --dry-run" if dry else "") + (
+        f" --sections {sections}" if sections != "123456" else ""
+    )
+    command = (
+        f"Command: `python benchmarks/bench_gpu.py{flag}` ({took:.0f} s); "
+        "`bash benchmarks/gpu.sh` runs every section with the GPU tests."
+    )
+    return "\n".join(head) + "\n".join(parts) + "\n" + command + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -403,7 +452,16 @@ def main(argv: list[str] | None = None) -> int:
                     help="toy sizes on any device (the CPU included); records nothing by default")  # fmt: skip
     ap.add_argument("--out", default=None,
                     help="markdown file to write (default: benchmarks/RESULTS-gpu.md on a GPU)")  # fmt: skip
+    ap.add_argument("--sections", default="123456",
+                    help="which sections to run, in that order, e.g. 6 or 6124 (default: all)")  # fmt: skip
+    ap.add_argument("--append", action="store_true",
+                    help="add to the --out file instead of replacing it")  # fmt: skip
     args = ap.parse_args(argv)
+    bad = sorted(set(args.sections) - set(SECTIONS))
+    if bad or not args.sections:
+        ap.error(
+            f"--sections {args.sections!r}: each character is one of 1 to 6 (e.g. --sections 6)"
+        )
     gpus = gpu_devices()
     if not gpus and not args.dry_run:
         print(
@@ -412,12 +470,11 @@ def main(argv: list[str] | None = None) -> int:
             "python benchmarks/bench_gpu.py --dry-run checks this script on CPU)"
         )
         return 0
-    text = report(args.dry_run)
-    print(text)
+    text = report(args.dry_run, args.sections, emit=lambda t: print(t, flush=True))
     out = args.out or (None if args.dry_run else os.path.join(HERE, "RESULTS-gpu.md"))
     if out:
-        with open(out, "w") as f:
-            f.write(text)
+        with open(out, "a" if args.append else "w") as f:
+            f.write(("\n" if args.append else "") + text)
         print(f"wrote {out}")
     return 0
 

@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# The GPU checks of heddle, in one go, in under 11 minutes on one NVIDIA GPU:
-#   1. the GPU tests: pytest -m gpu (tests/test_gpu.py and the GPU test of the cast suite);
-#   2. the cast tests run on the GPU's own arithmetic (tests/policy/test_casts.py, GPU as default device);
-#   3. the GPU benchmarks (benchmarks/bench_gpu.py, with the narrow-contraction matrix of
-#      benchmarks/bench_contractions.py), written to benchmarks/RESULTS-gpu.md.
+# The GPU checks of heddle in one go, most telling first, in about 10 minutes on one NVIDIA GPU
+# (each step has its own time limit; 15 minutes at most):
+#   1. a smoke check (heddle imports and differentiates on the GPU), stopping early if it fails;
+#   2. the backward-pass rows of benchmarks/bench_gpu.py (section 6: float32 cotangents);
+#   3. the GPU tests: pytest -m gpu (tests/test_gpu.py and the GPU test of the cast suite);
+#   4. the other GPU benchmarks (sections 2, 1, 4, 3, then 5: the narrow-contraction matrix of
+#      benchmarks/bench_contractions.py), each appended to benchmarks/RESULTS-gpu.md as measured;
+#   5. the cast tests run on the GPU's own arithmetic (tests/policy/test_casts.py, GPU as default).
 #
 # Usage, from a checkout on an NVIDIA machine:
 #   pip install -e '.[cuda12,test]'
@@ -11,7 +14,8 @@
 #   bash benchmarks/gpu.sh --dry-run    # on any machine: runs every step on the CPU at toy sizes,
 #                                       # writes nothing, checks the scripts themselves
 # PYTHON=/path/to/python picks the interpreter (default: python). Exit status: 0 when every step
-# passed, 1 when one failed or there is no GPU.
+# passed, 1 when one failed or there is no GPU. Tests run in one process (-n 0): several pytest
+# workers on one GPU would each take its memory.
 
 set -u -o pipefail
 cd "$(dirname "$0")/.."
@@ -46,9 +50,21 @@ if [ "$DRY" -eq 0 ]; then
   fi
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || true
   "$PY" -c 'import jax; print("jax", jax.__version__, jax.devices())'
-  step "GPU tests (pytest -m gpu)" 170 "$PY" -m pytest -m gpu -q -p no:cacheprovider
-  step "cast tests on GPU bits" 120 "$PY" -m pytest tests/policy/test_casts.py -q -p no:cacheprovider
-  step "GPU benchmarks" 360 "$PY" benchmarks/bench_gpu.py
+  export XLA_PYTHON_CLIENT_PREALLOCATE=false
+  step "smoke check" 60 "$PY" -c 'import jax, jax.numpy as jnp, heddle
+from heddle import autodiff
+x = jnp.full((512, 64), 1e-3, jnp.float16)
+loss = lambda w: jnp.mean((x @ w.astype(x.dtype)).astype(jnp.float32)) * 1e-6
+g = jax.jit(autodiff.grad(heddle.autocast(loss), contractions="scaled"))(jnp.ones((64, 1)))
+print("smoke:", g.dtype, float(g[0, 0]), g.devices())'
+  if [ "${#FAILED[@]}" -ne 0 ]; then echo "gpu.sh: the smoke check failed; stopping." >&2; exit 1; fi
+  OUTMD=benchmarks/RESULTS-gpu.md
+  step "GPU benchmarks: backward pass" 200 "$PY" benchmarks/bench_gpu.py --sections 6 --out $OUTMD
+  step "GPU tests (pytest -m gpu)" 110 "$PY" -m pytest -m gpu -q -n 0 -p no:cacheprovider \
+    tests/test_gpu.py tests/policy/test_casts.py
+  step "GPU benchmarks: 2, 1, 4, 3" 200 "$PY" benchmarks/bench_gpu.py --sections 2143 --out $OUTMD --append
+  step "GPU benchmarks: 5" 240 "$PY" benchmarks/bench_gpu.py --sections 5 --out $OUTMD --append
+  step "cast tests on GPU bits" 60 "$PY" -m pytest tests/policy/test_casts.py -q -n 0 -p no:cacheprovider
 else
   echo "gpu.sh --dry-run: every step on the CPU at toy sizes; nothing is recorded"
   export JAX_PLATFORMS=cpu

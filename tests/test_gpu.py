@@ -11,9 +11,11 @@ on a machine without a GPU.
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import pathlib
+import re
 import subprocess
 import sys
 from fractions import Fraction
@@ -183,6 +185,112 @@ def test_float32_subnormals_survive_a_cast_to_bfloat16(device):
 @pytest.mark.gpu
 def test_the_device_is_a_gpu_unless_asked_to_run_on_cpu(device):
     assert device.platform == ("cpu" if ON_CPU and gpu() is None else "gpu")
+
+
+# ---- float32 cotangents (POLICY.md 7) ------------------------------------------------------------
+
+F16, BF16, F32 = jnp.float16, jnp.bfloat16, jnp.float32
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [F16, BF16], ids=["float16", "bfloat16"])
+@pytest.mark.parametrize("contractions", ["float32", "scaled"])
+def test_a_cotangent_below_float16s_range_survives_on_gpu(device, dtype, contractions):
+    """h = x @ w with x of 1e-3 and the loss mean(h) * 1e-6: h's cotangent is 2.4e-10, below
+    float16's smallest subnormal; w's gradient is 1e-9 (exact: x[0, 0] * 1e-6), jitted and eager."""
+    x = on(jnp.full((4096, 256), 1e-3, dtype), device)
+    p = {"w": on(jnp.full((256, 1), 0.01, F32), device)}
+
+    def loss(p, x):
+        return jnp.mean(jnp.matmul(x, p["w"].astype(x.dtype)).astype(F32)) * 1e-6
+
+    exact = float(np.asarray(x[0, 0], np.float64)) * 1e-6
+    grad = autodiff.grad(heddle.autocast(loss), contractions=contractions)
+    for g in (jax.jit(grad)(p, x)["w"], grad(p, x)["w"]):
+        assert g.dtype == F32
+        np.testing.assert_allclose(np.asarray(g, np.float64), exact, rtol=0.01)
+    if dtype == F16:  # the check can fail: JAX's own float16 cotangent flushes to 0
+        assert not np.asarray(jax.jit(jax.grad(loss))(p, x)["w"]).any()
+
+
+def _mlp_loss(dtype, scale):
+    def loss(params, x, y):
+        h = x.astype(dtype)
+        for i in range(3):
+            h = hnp.matmul(h, params[f"w{i}"].astype(dtype)) + params[f"b{i}"].astype(dtype)
+            h = hnp.tanh(h) if i < 2 else h
+        return hnp.mean((h.astype(F32) - y) ** 2) * scale
+
+    return loss
+
+
+def _mlp_case(device, sizes=(32, 64, 64, 8), batch=256):
+    rng = np.random.default_rng(0)
+    params = {}
+    for i, (m, n) in enumerate(itertools.pairwise(sizes)):
+        params[f"w{i}"] = jnp.asarray(rng.standard_normal((m, n)) / np.sqrt(m), F32)
+        params[f"b{i}"] = jnp.asarray(rng.standard_normal(n) * 0.1, F32)
+    x = jnp.asarray(rng.standard_normal((batch, sizes[0])), F32)
+    y = jnp.asarray(rng.standard_normal((batch, sizes[-1])), F32)
+    return jax.tree.map(lambda a: on(a, device), (params, x, y))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [F16, BF16], ids=["float16", "bfloat16"])
+@pytest.mark.parametrize("contractions", ["float32", "scaled"])
+def test_three_layer_mlp_gradients_within_1_percent_of_float32_on_gpu(device, dtype, contractions):
+    """A float16/bfloat16 tanh MLP with its loss scaled by 1e-7, no loss scaling: every layer's
+    gradient within 1% of the float32 model's, computed on the CPU (full float32 products)."""
+    params, x, y = _mlp_case(device)
+    cpu = jax.devices("cpu")[0]
+    with jax.default_device(cpu):
+        ref = jax.grad(_mlp_loss(F32, 1e-7))(*jax.device_put((params, x, y), cpu))
+    g = jax.jit(autodiff.grad(_mlp_loss(dtype, 1e-7), contractions=contractions))(params, x, y)
+    for k, r in ref.items():
+        r64, g64 = np.asarray(r, np.float64), np.asarray(g[k], np.float64)
+        assert g[k].dtype == F32
+        assert np.max(np.abs(g64 - r64)) <= 0.01 * np.max(np.abs(r64)), k
+
+
+_INLINE_TYPE = re.compile(r"\b[a-z]+\d*\[[^\]]*\](\{[^}]*\})?\s*")
+_DEF = re.compile(r"(%?[\w.\-]+) = \(?([a-z]+\d*)\[")
+
+
+def _contraction_operand_dtypes(text: str) -> list[tuple[str, ...]]:
+    """The operand dtypes of every dot and library matmul (cuBLAS / cuBLASLt custom call) in an
+    HLO module's text; a dot inside a fusion (Triton's GEMMs) is listed with its own operands."""
+    types = {m[1].lstrip("%"): m[2] for m in _DEF.finditer(text)}
+    out = []
+    for line in text.splitlines():
+        library = "custom-call(" in line and ("$gemm" in line or "$lt$matmul" in line)
+        if " dot(" not in line and not library:
+            continue
+        args = line.split(" dot(" if " dot(" in line else "custom-call(", 1)[1]
+        args = _INLINE_TYPE.sub("", args.split(")", 1)[0])  # operands printed with their shapes
+        names = re.findall(r"%?([\w.\-]+)", args)
+        out.append(tuple(types.get(n, "?") for n in names[:2]))
+    return out
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [F16, BF16], ids=["float16", "bfloat16"])
+def test_scaled_backward_matmuls_run_narrow_on_gpu(device, dtype):
+    """contractions="scaled" keeps every matmul of the compiled gradient at the narrow dtype (tensor
+    core speed); the default keeps float32 cotangents in float32 backward matmuls (the check can
+    fail). On the CPU (HEDDLE_GPU_TESTS_ON_CPU=1) the program before XLA's passes is read."""
+    params, x, y = _mlp_case(device, sizes=(256, 512, 512, 128), batch=1024)
+    narrow = "f16" if dtype == F16 else "bf16"
+
+    def dots(contractions):
+        lowered = jax.jit(autodiff.grad(_mlp_loss(dtype, 1.0), contractions=contractions))
+        lowered = lowered.lower(params, x, y)
+        text = lowered.compile().as_text() if device.platform == "gpu" else lowered.as_text("hlo")
+        return _contraction_operand_dtypes(text)
+
+    scaled, default = dots("scaled"), dots("float32")
+    assert len(scaled) >= 8, scaled  # 3 forward, 3 weight gradients, 2 activation cotangents
+    assert all(t == (narrow, narrow) for t in scaled), scaled
+    assert sum(t == ("f32", "f32") for t in default) >= 5, default
 
 
 # ---- the GPU scripts without a GPU (not marked gpu: these run everywhere) -----------------------

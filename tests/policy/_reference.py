@@ -324,16 +324,20 @@ def round_array(
     over |= mag > fmt.max_mag
     if fmt.specials != "e8m0":  # max + ulp/2 overflows even where max's significand is even
         over |= (mag == fmt.max_mag) & np.asarray(tie_down, bool) & fin
-    out = _with_sign_array(sign, mag, fmt)
-    out = np.where(over, np.where(sign == 1, _ovf(1, fmt, saturate), _ovf(0, fmt, saturate)), out)
+    # every pattern as uint64 (a 64-bit format's sign bit does not fit an int64 Python scalar)
+    u = np.uint64
+    out = _with_sign_array(sign, mag, fmt).astype(u)
+    out = np.where(
+        over, np.where(sign == 1, u(_ovf(1, fmt, saturate)), u(_ovf(0, fmt, saturate))), out
+    )
     zero = (cls == FINITE) & (m == 0)
-    out = np.where(zero, _with_sign_array(sign, np.zeros_like(mag), fmt), out)
+    out = np.where(zero, _with_sign_array(sign, np.zeros_like(mag), fmt).astype(u), out)
     if fmt.specials == "e8m0":
-        out = np.where(zero | (sign == 1), nan_scalar(fmt), out)
-    inf = np.where(sign == 1, inf_scalar(1, fmt, saturate), inf_scalar(0, fmt, saturate))
+        out = np.where(zero | (sign == 1), u(nan_scalar(fmt)), out)
+    inf = np.where(sign == 1, u(inf_scalar(1, fmt, saturate)), u(inf_scalar(0, fmt, saturate)))
     out = np.where(cls == INF, inf, out)
-    out = np.where(cls == NAN, nan_scalar(fmt), out)
-    return out.astype(np.uint64)
+    out = np.where(cls == NAN, u(nan_scalar(fmt)), out)
+    return out.astype(u)
 
 
 def _ovf(sign: int, fmt: Format, saturate: bool) -> int:
