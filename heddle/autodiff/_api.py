@@ -94,6 +94,23 @@ def _jax_argnums(argnums: int | Sequence[int], nums: tuple[int, ...]) -> int | t
     return nums[0] if isinstance(argnums, int) else nums
 
 
+def _check_holomorphic(leaves: Leaves, name: str) -> None:
+    """Refuses a real leaf under ``holomorphic=True`` naming its own dtype (JAX would name the
+    float32 dtype heddle widened it to)."""
+    for i in leaves.argnums:
+        for leaf in jax.tree.leaves(leaves.args[i]):
+            d = np.dtype(jnp.result_type(leaf))
+            if not jnp.issubdtype(d, jnp.complexfloating):
+                raise TypeError(
+                    message(
+                        f"{name}(..., holomorphic=True) of a {d.name} argument (argnums {i})",
+                        "holomorphic differentiation needs every differentiated input complex",
+                        f"Pass complex inputs (x.astype(jnp.complex64)), or holomorphic=False "
+                        f"for the gradient with respect to a real {d.name} input.",
+                    )
+                )
+
+
 def _apply(
     transform, name, fun, argnums, has_aux, holomorphic, args, kwargs, contractions="float32"
 ):
@@ -103,6 +120,8 @@ def _apply(
     arguments' leaves, the argnums JAX differentiated and what the transformed function returned.
     """
     traced, leaves = _setup(fun, args, kwargs, argnums, has_aux, name, contractions)
+    if holomorphic:
+        _check_holomorphic(leaves, name)
     jargnums = _jax_argnums(argnums, leaves.argnums)
     res = transform(traced, argnums=jargnums, has_aux=True, holomorphic=holomorphic)(
         *leaves.wide_args
@@ -157,14 +176,22 @@ def value_and_grad(
       >>> value.dtype, g.dtype
       (dtype(bfloat16), dtype('float32'))
     """
-    _check_contractions(contractions, "value_and_grad")
+    return _value_and_grad(
+        fun, argnums, has_aux, holomorphic, allow_int, contractions, "value_and_grad"
+    )
+
+
+def _value_and_grad(
+    fun, argnums, has_aux, holomorphic, allow_int, contractions, name
+) -> Callable[..., tuple[Any, Any]]:
+    _check_contractions(contractions, name)
     transform = functools.partial(jax.value_and_grad, allow_int=allow_int)
 
     @functools.wraps(fun)
     def wrapped(*args: Any, **kwargs: Any) -> tuple[Any, Any]:
         _, _, _, (value, grads) = _apply(
             transform,
-            "value_and_grad",
+            name,
             fun,
             argnums,
             has_aux,
@@ -216,7 +243,7 @@ def grad(
       >>> g["w"].dtype, g["step"].dtype, g["step"].item()
       (dtype('float32'), dtype('float32'), 0.0)
     """
-    vg = value_and_grad(fun, argnums, has_aux, holomorphic, allow_int, contractions=contractions)
+    vg = _value_and_grad(fun, argnums, has_aux, holomorphic, allow_int, contractions, "grad")
 
     @functools.wraps(fun)
     def wrapped(*args: Any, **kwargs: Any) -> Any:

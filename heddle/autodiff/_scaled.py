@@ -83,11 +83,14 @@ def applies(lhs_dtype: Any, rhs_dtype: Any) -> bool:
 
 def shardings(lhs: Any, rhs: Any) -> tuple[Any, Any] | None:
     """The operands' shardings where the mesh has explicit axes (the backward contractions must
-    name their results' shardings there, the operands'), else None."""
-    mesh = jax.sharding.get_abstract_mesh()
-    if mesh.empty or AxisType.Explicit not in mesh.axis_types:
+    name their results' shardings there, the operands'), else None. The mesh is the context's
+    (``jax.set_mesh``) or, outside one, the operands' own (arrays placed on an explicit mesh and
+    passed to ``jax.jit``)."""
+    avals = jax.typeof(lhs), jax.typeof(rhs)
+    meshes = [jax.sharding.get_abstract_mesh(), *(getattr(a.sharding, "mesh", None) for a in avals)]
+    if not any(m is not None and not m.empty and AxisType.Explicit in m.axis_types for m in meshes):
         return None
-    return jax.typeof(lhs).sharding, jax.typeof(rhs).sharding
+    return avals[0].sharding, avals[1].sharding
 
 
 def _pow2(k: jax.Array) -> jax.Array:

@@ -587,4 +587,8 @@ def evaluate(
     for i, x in kept.items():
         outs[i] = x
     at = {i: v for i, v in zip(arrays, jaxpr.outvars, strict=True)}
-    return outs, lambda i: frame.twin(at[i]), out_tree[-1]
+
+    def twin_of(i: int) -> Any:  # a constant output (a NumPy array) is its own twin, widened
+        return frame.twin(at[i]) if i in at else lax.convert_element_type(outs[i], _F32)
+
+    return outs, twin_of, out_tree[-1]

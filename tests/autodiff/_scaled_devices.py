@@ -131,6 +131,14 @@ def main() -> None:
                         for k in w64
                     )
                     results[name] = err
+                    if types == AxisType.Explicit:  # jit called outside jax.set_mesh: the
+                        # operands' own explicit mesh (before: ShardingTypeError)
+                        outside = jax.jit(scaled)(w, x)
+                        results[f"{name}-no-set_mesh"] = max(
+                            float(np.abs(np.asarray(outside[k]) - np.asarray(want[k])).max())
+                            / float(np.abs(np.asarray(want[k])).max())
+                            for k in w64
+                        )
                 except Exception as e:  # reported, so the test shows what failed
                     results[name] = f"{type(e).__name__}: {str(e)[:200]}"
     print(json.dumps(results | two_axes()))

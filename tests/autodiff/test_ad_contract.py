@@ -206,6 +206,31 @@ def test_has_aux_needs_a_pair():
     autodiff.grad(lambda x: x.sum(), has_aux=False)(jnp.ones(2))  # the fix
 
 
+@pytest.mark.parametrize("fn", ["grad", "value_and_grad", "jacrev", "jacfwd"])
+def test_holomorphic_with_a_real_input_names_its_dtype(fn):
+    """JAX would name float32, the dtype heddle widened the bfloat16 input to."""
+    with pytest.raises(TypeError, match=r"holomorphic=True\) of a bfloat16 argument") as info:
+        getattr(autodiff, fn)(lambda x: jnp.sum(x), holomorphic=True)(jnp.ones(2, BF16))
+    assert "x.astype(jnp.complex64)" in str(info.value) and "holomorphic=False" in str(info.value)
+    z = jnp.array([1 + 2j, 3j], jnp.complex64)  # the fix: complex inputs
+    g = autodiff.grad(lambda z: jnp.sum(z * z), holomorphic=True)(z)
+    assert g.tolist() == [2 + 4j, 6j]
+
+
+def test_a_numpy_constant_output_has_zero_gradients():
+    """A narrow NumPy array returned as it is (a term switched off): zero gradients, as jax.grad
+    gives (before: KeyError)."""
+    x = jnp.ones(3, BF16)
+    const = lambda x: np.array(0.5, ml_dtypes.bfloat16)
+    assert autodiff.grad(const)(x).tolist() == [0.0] * 3
+    value, g = autodiff.value_and_grad(const)(x)
+    assert value.dtype == ml_dtypes.bfloat16 and float(value) == 0.5 and g.dtype == F32
+    out, pullback = autodiff.vjp(lambda x: np.ones(2, ml_dtypes.bfloat16), x)
+    assert out.tolist() == [1.0, 1.0]
+    (g,) = pullback(jnp.ones(2, F32))
+    assert g.dtype == F32 and g.tolist() == [0.0] * 3
+
+
 def test_jax_errors_pass_through():
     with pytest.raises(TypeError, match="scalar-output"):
         autodiff.grad(lambda x: x)(jnp.ones(2, BF16))
