@@ -44,14 +44,19 @@ def _contraction(
     return lambda lhs, rhs, lhs32, rhs32: on_twins(dot, derivative, [lhs32, rhs32], [lhs, rhs])
 
 
+def widen_exactly(x: jax.Array, dtype: Any = np.float32) -> jax.Array:
+    """The narrow ``x`` converted to the wider ``dtype`` with its rounding pinned: XLA may otherwise
+    drop the round trip of a narrow result computed in float32 (``xla_allow_excess_precision``)
+    and pass the unrounded value on. ``x`` crosses an ``optimization_barrier``, which XLA does not
+    look through, so the widening reads the rounded value, subnormals included, at the cost of one
+    conversion (no rounding recomputed)."""
+    return lax.convert_element_type(lax.optimization_barrier(x), dtype)
+
+
 def like(x: jax.Array, other: jax.Array) -> jax.Array:
     """``x`` converted, explicitly and exactly, to ``other``'s dtype where they differ (a narrow
-    residual meeting a float32 tangent): the contraction then has one operand dtype. The narrow
-    value crosses an ``optimization_barrier`` first, so XLA reads it rounded (it may otherwise pass
-    on the unrounded float32 value it was computed from, ``xla_allow_excess_precision``)."""
-    if x.dtype == other.dtype:
-        return x
-    return lax.convert_element_type(lax.optimization_barrier(x), other.dtype)
+    residual meeting a float32 tangent): the contraction then has one operand dtype."""
+    return x if x.dtype == other.dtype else widen_exactly(x, other.dtype)
 
 
 def contract(

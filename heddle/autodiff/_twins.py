@@ -50,7 +50,7 @@ from jax.custom_derivatives import SymbolicZero
 from jax.extend import core as jex_core
 
 from heddle.autodiff import _scaled
-from heddle.autodiff._rules import contract, like
+from heddle.autodiff._rules import contract, like, widen_exactly
 from heddle.autodiff._widen import is_narrow, widen_bind, widen_value
 from heddle.ops.lowering import runnable_precision
 from heddle.programs._frame import Frame, Once, dtype_of
@@ -73,7 +73,7 @@ def _weak(atom: Any) -> bool:
 
 def _frame() -> Frame:
     """A frame of the interpreter core whose twins are float32, pinned to the narrow values."""
-    return Frame(lambda d: _F32, lambda x, d: _exactly(x))
+    return Frame(lambda d: _F32, lambda x, d: widen_exactly(x))
 
 
 def _run(frame: Frame, jaxpr: Any) -> None:
@@ -440,7 +440,7 @@ def _wide_twins(
     if dot and scaled and _scaled.applies(*(dtype_of(a) for a in eqn.invars)):
         p = _dot_params(eqn)
         named = _scaled.shardings(*ins)
-        f = _scaled.narrow_result(p["dimension_numbers"], p["precision"], _exactly, named)
+        f = _scaled.narrow_result(p["dimension_numbers"], p["precision"], widen_exactly, named)
         ((_, v),) = outs
         return {v: f(narrow[0], *wide, *ins)}
 
@@ -501,15 +501,6 @@ def _bilinear_tangent(eqn: Any, floats: list[int]) -> Callable[..., list[Any]]:
     return tangent
 
 
-def _exactly(x: Any) -> Any:
-    """``x`` (narrow) as float32, with its rounding pinned: XLA may otherwise drop the round trip of
-    a narrow result computed in float32 (``xla_allow_excess_precision``) and pass the unrounded
-    float32 value on, so the forward value would differ from the plain program's. The narrow value
-    crosses an ``optimization_barrier``, which XLA does not look through: the widening reads the
-    rounded value, subnormals included, at the cost of one conversion (no rounding recomputed)."""
-    return lax.convert_element_type(lax.optimization_barrier(x), _F32)
-
-
 def _straight_through(tangent: Callable[..., list[Any]]) -> Callable[..., list[Any]]:
     """``f(narrow_outputs, wide_inputs, inputs)``: the outputs as float32 (exactly), whose tangent is
     ``tangent(inputs, wide_inputs, their_tangents)``."""
@@ -517,7 +508,7 @@ def _straight_through(tangent: Callable[..., list[Any]]) -> Callable[..., list[A
     @jax.custom_jvp
     def f(narrow: list[Any], wide: list[Any], ins: list[Any]) -> list[Any]:
         del wide, ins
-        return [_exactly(x) if is_narrow(x.dtype) else x for x in narrow]
+        return [widen_exactly(x) if is_narrow(x.dtype) else x for x in narrow]
 
     def rule(primals: Any, tangents: Any) -> tuple[list[Any], list[Any]]:
         narrow, wide, ins = primals

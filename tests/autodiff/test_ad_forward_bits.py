@@ -43,7 +43,7 @@ def test_the_forward_value_is_the_plain_functions_on_every_pattern(dtype, jit):
 def test_a_twin_holds_its_value_exactly_and_passes_the_cotangent_through(dtype):
     """The twin's pinned rounding (reduce_precision, and a rounding to the subnormal grid where
     reduce_precision flushes) changes no bit of a narrow value and has derivative 1."""
-    from heddle.autodiff._twins import _exactly
+    from heddle.autodiff._rules import widen_exactly as _exactly
 
     x = _every_pattern(dtype)
     finite = np.isfinite(x.astype(np.float32))
