@@ -217,14 +217,34 @@ def test_holomorphic_with_a_real_input_names_its_dtype(fn):
     assert g.tolist() == [2 + 4j, 6j]
 
 
-def test_a_numpy_constant_output_has_zero_gradients():
-    """A narrow NumPy array returned as it is (a term switched off): zero gradients, as jax.grad
-    gives (before: KeyError)."""
+_CONST = jnp.asarray(0.25, BF16)
+_OUTPUTS = {  # an output that does not depend on the differentiated argument, of every kind
+    "python float": lambda x, y: 0.5,
+    "numpy float32": lambda x, y: np.float32(0.5),
+    "numpy bfloat16 array": lambda x, y: np.array(0.5, ml_dtypes.bfloat16),
+    "numpy float16 scalar": lambda x, y: np.float16(0.5),
+    "closed-over bfloat16 array": lambda x, y: _CONST,
+    "bfloat16 literal": lambda x, y: jnp.asarray(0.5, BF16),
+    "another argument": lambda x, y: jnp.sum(y),
+}
+
+
+@pytest.mark.parametrize("out", list(_OUTPUTS), ids=list(_OUTPUTS))
+def test_an_output_independent_of_the_argument_has_zero_gradients(out, transform):
+    """Zero float32 gradients and the value as the function returns it, as jax.grad (whose gradient
+    is bfloat16). Before: a narrow NumPy array raised a bare KeyError."""
+    f = _OUTPUTS[out]
+    x, y = jnp.ones(3, BF16), jnp.full(3, 2.0, BF16)
+    value, g = transform(autodiff.value_and_grad(f))(x, y)
+    assert g.dtype == F32 and g.tolist() == [0.0] * 3
+    plain = transform(f)(x, y)  # jax.jit returns a Python number as a float32 array
+    assert np.asarray(value).dtype == np.asarray(plain).dtype
+    assert np.asarray(value).tobytes() == np.asarray(plain).tobytes()
+    assert jax.grad(f)(x, y).tolist() == [0.0] * 3  # the reference
+
+
+def test_a_numpy_array_output_of_vjp_pulls_back_zeros():
     x = jnp.ones(3, BF16)
-    const = lambda x: np.array(0.5, ml_dtypes.bfloat16)
-    assert autodiff.grad(const)(x).tolist() == [0.0] * 3
-    value, g = autodiff.value_and_grad(const)(x)
-    assert value.dtype == ml_dtypes.bfloat16 and float(value) == 0.5 and g.dtype == F32
     out, pullback = autodiff.vjp(lambda x: np.ones(2, ml_dtypes.bfloat16), x)
     assert out.tolist() == [1.0, 1.0]
     (g,) = pullback(jnp.ones(2, F32))
