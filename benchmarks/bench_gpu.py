@@ -34,6 +34,7 @@ to the file instead of replacing it. Each section is printed as soon as it is me
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import itertools
 import os
@@ -415,34 +416,25 @@ SECTIONS: dict[str, Callable[[bool], list[str]]] = {
 }  # fmt: skip
 
 
-def report(dry: bool, sections: str = "123456", emit: Callable[[str], None] = print) -> str:
-    """Runs the benchmarks of ``sections`` (in that order); returns the markdown report.
-
-    Each section's text goes to ``emit`` as soon as it is measured, so a run stopped part-way still
-    shows what it measured.
-    """
+def report(
+    dry: bool, sections: str = "123456", emit: Callable[[str], None] = print, title: bool = True
+) -> None:
+    """Runs the benchmarks of ``sections`` (in that order), giving the markdown report to ``emit``
+    piece by piece: a head (the title unless ``title`` is False, the machine), each section as
+    soon as it is measured (a run stopped part-way keeps what it measured), the command."""
     start = time.perf_counter()
-    head = [
-        "# GPU benchmark results" + (" (dry run: toy sizes, not a measurement)" if dry else ""),
-        "",
-        f"Recorded {datetime.date.today().isoformat()} on {machine()}.",
-        "",
-    ]
-    emit("\n".join(head))
-    parts: list[str] = []
+    head = ["# GPU benchmark results" + (" (dry run: toy sizes, not a measurement)" if dry else "")]
+    emit("\n".join([*head, ""] if title else []))
+    emit(f"Recorded {datetime.date.today().isoformat()} on {machine()}.\n")
     for key in sections:
-        text = "\n".join(SECTIONS[key](dry)) + "\n"
-        emit(text)
-        parts.append(text)
-    took = time.perf_counter() - start
+        emit("\n".join(SECTIONS[key](dry)) + "\n")
     flag = (" --dry-run" if dry else "") + (
         f" --sections {sections}" if sections != "123456" else ""
     )
-    command = (
-        f"Command: `python benchmarks/bench_gpu.py{flag}` ({took:.0f} s); "
-        "`bash benchmarks/gpu.sh` runs every section with the GPU tests."
+    emit(
+        f"Command: `python benchmarks/bench_gpu.py{flag}` ({time.perf_counter() - start:.0f} s); "
+        "`bash benchmarks/gpu.sh` runs every section with the GPU tests.\n"
     )
-    return "\n".join(head) + "\n".join(parts) + "\n" + command + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -470,11 +462,18 @@ def main(argv: list[str] | None = None) -> int:
             "python benchmarks/bench_gpu.py --dry-run checks this script on CPU)"
         )
         return 0
-    text = report(args.dry_run, args.sections, emit=lambda t: print(t, flush=True))
     out = args.out or (None if args.dry_run else os.path.join(HERE, "RESULTS-gpu.md"))
+    with contextlib.ExitStack() as stack:
+        sink = stack.enter_context(open(out, "a" if args.append else "w")) if out else None
+
+        def emit(text: str) -> None:  # printed, and written to the file as it is measured
+            print(text, flush=True)
+            if sink is not None and text:
+                sink.write(text + "\n")
+                sink.flush()
+
+        report(args.dry_run, args.sections, emit, title=not args.append)
     if out:
-        with open(out, "a" if args.append else "w") as f:
-            f.write(("\n" if args.append else "") + text)
         print(f"wrote {out}")
     return 0
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU checks of heddle in one go, most telling first, in about 10 minutes on one NVIDIA GPU
-# (each step has its own time limit; 15 minutes at most):
+# (each step has its own time limit; 16 minutes at most):
 #   1. a smoke check (heddle imports and differentiates on the GPU), stopping early if it fails;
 #   2. the backward-pass rows of benchmarks/bench_gpu.py (section 6: float32 cotangents);
 #   3. the GPU tests: pytest -m gpu (tests/test_gpu.py and the GPU test of the cast suite);

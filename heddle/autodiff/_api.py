@@ -99,14 +99,17 @@ def _check_holomorphic(leaves: Leaves, name: str) -> None:
     float32 dtype heddle widened it to)."""
     for i in leaves.argnums:
         for leaf in jax.tree.leaves(leaves.args[i]):
-            d = np.dtype(jnp.result_type(leaf))
-            if not jnp.issubdtype(d, jnp.complexfloating):
+            is_number = isinstance(leaf, bool | int | float | complex)
+            d = jnp.result_type(leaf) if is_number else getattr(leaf, "dtype", None)
+            if d is None:  # not an array (a string, say): JAX says what is wrong with it
+                continue
+            if not jax.dtypes.issubdtype(d, jnp.complexfloating):
                 raise TypeError(
                     message(
-                        f"{name}(..., holomorphic=True) of a {d.name} argument (argnums {i})",
+                        f"{name}(..., holomorphic=True) of an argument of dtype {d} (argnums {i})",
                         "holomorphic differentiation needs every differentiated input complex",
-                        f"Pass complex inputs (x.astype(jnp.complex64)), or holomorphic=False "
-                        f"for the gradient with respect to a real {d.name} input.",
+                        "Pass complex inputs (x.astype(jnp.complex64)), or holomorphic=False "
+                        f"for the gradient with respect to a real {d} input.",
                     )
                 )
 
@@ -481,5 +484,5 @@ def hessian(
       >>> h.dtype, h.tolist()
       (dtype('float32'), [[6.0, 0.0], [0.0, 12.0]])
     """
-    inner = jacrev(fun, argnums, has_aux=has_aux, holomorphic=holomorphic)
-    return jacfwd(inner, argnums, has_aux=has_aux, holomorphic=holomorphic)
+    inner = _jac(jax.jacrev, "hessian", fun, argnums, has_aux, holomorphic)
+    return _jac(jax.jacfwd, "hessian", inner, argnums, has_aux, holomorphic)

@@ -88,9 +88,16 @@ def shardings(lhs: Any, rhs: Any) -> tuple[Any, Any] | None:
     passed to ``jax.jit``)."""
     avals = jax.typeof(lhs), jax.typeof(rhs)
     meshes = [jax.sharding.get_abstract_mesh(), *(getattr(a.sharding, "mesh", None) for a in avals)]
-    if not any(m is not None and not m.empty and AxisType.Explicit in m.axis_types for m in meshes):
+    explicit = [
+        m for m in meshes if m is not None and not m.empty and AxisType.Explicit in m.axis_types
+    ]
+    if not explicit:
         return None
-    return avals[0].sharding, avals[1].sharding
+
+    def on_mesh(s: Any) -> Any:  # an operand on no mesh (a plain array) is replicated on it
+        return s.update(mesh=explicit[0]) if s.mesh.empty else s
+
+    return on_mesh(avals[0].sharding), on_mesh(avals[1].sharding)
 
 
 def _pow2(k: jax.Array) -> jax.Array:

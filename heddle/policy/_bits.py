@@ -265,7 +265,9 @@ def _int_word(xp: Any, x: Any, w: int) -> _Word:
 def _nan_magnitude(word: _Word, fmt: Layout, u: Any) -> Any:
     """The pattern, without its sign, that a NaN source becomes in an IEEE or ``fn`` target (the
     sign is added with every other value's): for IEEE targets the leading fraction bits of its
-    payload, quiet, as NumPy and XLA's convert do; ``fn`` targets have one NaN per sign."""
+    payload, quiet, as NumPy and XLA's convert do between float32, float16 and bfloat16 (to the
+    IEEE float8 formats both give the one canonical NaN; heddle keeps the payload's bits there
+    too); ``fn`` targets have one NaN per sign."""
     if fmt.specials == "fn":
         return u(fmt.nan)
     # sig's implicit bit lands on the exponent field's lowest bit, which is set in a NaN anyway

@@ -44,8 +44,8 @@ _ROUTES: tuple[tuple[tuple[str, ...], tuple[str, ...], str, str], ...] = (
     (_FLOATS, ("bool",), "nonzero", "XLA CPU compares with subnormals flushed: 1e-45 != 0 is False"),
     (_FLOATS, _INTS, "truncate", "XLA reads float4_e2m1fn's +-6 as infinities; clamps made explicit"),
     (("float64",), tuple(n for n in _FLOATS if n != "float64"), "round",
-     "rounds through float32 (double rounding: on CPU to float32, bfloat16, float16 and e8m0; on an "
-     "NVIDIA H200 to float8_e4m3fn too) and flushes float32-subnormal results to zero"),
+     "rounds through float32 (double rounding: on CPU to bfloat16, float16 and e8m0; on an NVIDIA "
+     "H200 to float8_e4m3fn too) and flushes float32-subnormal results to zero (float32 too)"),
     (("float32", "bfloat16"), ("float64", "float8_e8m0fnu"), "round",
      "flushes subnormal inputs to zero; rounds float32 subnormals up to 2**-126 in e8m0"),
     (("int32", "uint32", "int64", "uint64"), ("bfloat16", "float8_e8m0fnu"), "round",

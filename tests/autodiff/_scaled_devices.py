@@ -90,6 +90,29 @@ def two_axes() -> dict[str, float | str]:
     return out
 
 
+def plain_weights(w64: dict[str, np.ndarray], x64: np.ndarray) -> dict[str, float | str]:
+    """Weights that are plain arrays (on no mesh) with batch-sharded inputs on an explicit mesh,
+    under jax.set_mesh (before: scaled raised ShardingTypeError, the default rule ran)."""
+    mesh = jax.make_mesh((8,), ("data",), axis_types=(AxisType.Explicit,))
+    out: dict[str, float | str] = {}
+    for dtype in (jnp.bfloat16, jnp.float16):
+        name = f"Explicit-{jnp.dtype(dtype).name}-plain-weights"
+        try:
+            x = jax.device_put(jnp.asarray(x64, dtype), NamedSharding(mesh, P("data")))
+            w = {k: jnp.asarray(v, jnp.float32) for k, v in w64.items()}
+            with jax.set_mesh(mesh):
+                want = jax.jit(autodiff.grad(loss))(w, x)
+                got = jax.jit(autodiff.grad(loss, contractions="scaled"))(w, x)
+            out[name] = max(
+                float(np.abs(np.asarray(got[k]) - np.asarray(want[k])).max())
+                / float(np.abs(np.asarray(want[k])).max())
+                for k in w64
+            )
+        except Exception as e:  # reported, so the test shows what failed
+            out[name] = f"{type(e).__name__}: {str(e)[:200]}"
+    return out
+
+
 def main() -> None:
     rng = np.random.default_rng(0)
     w64 = {"a": rng.standard_normal((16, 32)) / 4, "b": rng.standard_normal((32, 8)) / 6}
@@ -141,7 +164,7 @@ def main() -> None:
                         )
                 except Exception as e:  # reported, so the test shows what failed
                     results[name] = f"{type(e).__name__}: {str(e)[:200]}"
-    print(json.dumps(results | two_axes()))
+    print(json.dumps(results | two_axes() | plain_weights(w64, x64)))
 
 
 if __name__ == "__main__":
