@@ -22,7 +22,7 @@ import jax
 import numpy as np
 from jax import lax
 
-from heddle.autodiff._twins import is_narrow
+from heddle.autodiff._twins import is_narrow, read_as
 from heddle.policy._errors import message
 
 _F32 = np.dtype("float32")
@@ -112,21 +112,6 @@ def normalize_argnums(argnums: int | Sequence[int], nargs: int, name: str) -> tu
     return tuple(out)
 
 
-@jax.custom_jvp
-def _as_given(wide: Any, given: Any) -> Any:
-    """A narrow leaf as the function sees it: the leaf as given, bit for bit (its float32 copy
-    ``wide`` holds the same value, but a signalling NaN's payload is quieted by the widening),
-    differentiated as ``wide`` rounded back to the leaf's dtype (exact)."""
-    del wide
-    return given
-
-
-@_as_given.defjvp
-def _(primals: Any, tangents: Any) -> tuple[Any, Any]:
-    wide, given = primals
-    return _as_given(wide, given), lax.convert_element_type(tangents[0], given.dtype)
-
-
 class Leaves:
     """The differentiated arguments of one call: kinds, originals and their widened versions."""
 
@@ -168,7 +153,7 @@ class Leaves:
                     row.append(("static", orig))
                 elif k is Kind.NARROW:
                     row.append(("dyn", len(dynamic)))
-                    dynamic.append(_as_given(w, orig))
+                    dynamic.append(read_as(np.dtype(orig.dtype))(w, orig))  # as given
                     twins.append(w)
                 elif _leaf_dtype(w) is not None or isinstance(w, float | complex):
                     row.append(("dyn", len(dynamic)))

@@ -114,15 +114,16 @@ def _convert(frame: Frame, eqn: Any) -> bool:
     if s is None or not (_is_float(d) or jnp.issubdtype(d, jnp.complexfloating)):
         return False
     if is_narrow(s) and d.itemsize >= 4:  # to float32, float64 or complex: read the twin
-        frame.write(out, _read_as(d)(frame.twin(src), frame.read(src)))
+        frame.write(out, read_as(d)(frame.twin(src), frame.read(src)))
         return True
     return False
 
 
 @functools.cache
-def _read_as(d: np.dtype) -> Callable[[Any, Any], Any]:
+def read_as(d: np.dtype) -> Callable[[Any, Any], Any]:
     """``f(twin, v)``: ``convert(v, d)`` as the plain program binds it, differentiated as
-    ``convert(twin, d)``. The value is the plain conversion's, so XLA compiles it as it compiles
+    ``convert(twin, d)`` (with ``v`` already of dtype ``d``: ``v`` as given, bit for bit, a
+    signalling NaN's payload included, differentiated through its float32 twin). The value is the plain conversion's, so XLA compiles it as it compiles
     the plain program (where it keeps a fused narrow intermediate unrounded, ``excess precision``,
     the value is the same); the derivative reaches the twin, which every use of ``v`` shares."""
 

@@ -253,8 +253,7 @@ def widen_bind(eqn: Any, args: Sequence[Any]) -> list[Any]:
         return [on_twins(lambda x: _widened_params(eqn, [x])[0], lambda x: x, args)]
     if has(name, Fact.USER_RULE):
         _own_rule(eqn, args)
-    if has(name, Fact.BITS):
-        if any(is_narrow(getattr(a.aval, "dtype", None)) for a in (*eqn.invars, *eqn.outvars)):
-            raise NotWidened("a bit cast depends on the narrow dtype's width")
-        return _widened_params(eqn, args)  # no narrow dtype (jax.random's uint32 -> float32)
+    atoms = (*eqn.invars, *eqn.outvars)  # a bit cast of no narrow dtype (jax.random's) widens
+    if has(name, Fact.BITS) and any(is_narrow(getattr(a.aval, "dtype", None)) for a in atoms):
+        raise NotWidened("a bit cast depends on the narrow dtype's width")
     return _widened_params(eqn, args)
