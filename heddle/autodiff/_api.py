@@ -363,8 +363,6 @@ def _jac(
     holomorphic,
     contractions: str = "float32",
 ):
-    _check_contractions(contractions, name)
-
     @functools.wraps(fun)
     def wrapped(*args: Any, **kwargs: Any) -> Any:
         traced, leaves, jargnums, res = _apply(
@@ -411,7 +409,7 @@ def jacfwd(
       >>> j.dtype, j.tolist()
       (dtype('float32'), [[0.0, 0.0], [0.0, 2.0]])
     """
-    return _jac(jax.jacfwd, "jacfwd", fun, argnums, has_aux, holomorphic)
+    return _jac(jax.jacfwd, "jacfwd", fun, argnums, has_aux, holomorphic, _scaled.FORWARD)
 
 
 def jacrev(
@@ -449,6 +447,7 @@ def jacrev(
       (dtype('float32'), [[0.0, 0.0], [0.0, 2.0]])
     """
     transform = functools.partial(jax.jacrev, allow_int=allow_int)
+    _check_contractions(contractions, "jacrev")
     return _jac(transform, "jacrev", fun, argnums, has_aux, holomorphic, contractions)
 
 
@@ -485,4 +484,4 @@ def hessian(
       (dtype('float32'), [[6.0, 0.0], [0.0, 12.0]])
     """
     inner = _jac(jax.jacrev, "hessian", fun, argnums, has_aux, holomorphic)
-    return _jac(jax.jacfwd, "hessian", inner, argnums, has_aux, holomorphic)
+    return _jac(jax.jacfwd, "hessian", inner, argnums, has_aux, holomorphic, _scaled.FORWARD)

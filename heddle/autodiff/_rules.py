@@ -1,4 +1,4 @@
-"""The contraction rule behind heddle's float32 backward pass.
+"""The contraction rule behind heddle's float32 derivatives in forward mode.
 
 ``contract(lhs, rhs, lhs32, rhs32, ...)`` is ``lax.dot_general`` on the operands as given (narrow, so
 the forward runs exactly the contraction it replaces), whose tangent is the same contraction of the
@@ -7,6 +7,12 @@ autocast's narrow dot and tie-counting selections use too. It is a ``jax.custom_
 forward mode, reverse mode (JAX linearises the JVP rule and transposes it) and ``vmap`` all apply.
 The tangent contraction accumulates in float32, as JAX's own transpose does; its result is a float32
 cotangent for the twin, summed with the twin's other cotangents before any rounding.
+
+Evaluations differentiated in reverse mode only (``grad``, ``vjp``, ``jacrev``) take
+``_scaled.contraction`` instead where its operands are exact in float32: the same values, with
+backward contractions laid out for the backend (``_scaled``'s docstring says why). This rule is the
+one that forward mode (``jacfwd``, ``hessian``) needs, and the one for a float32 result of a float64
+operand.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Backward contractions at the operands' narrow speed, with float32 cotangents: ``"scaled"``.
+"""heddle.autodiff's backward contractions: float32 (the default) or at the operands' narrow speed
+(``"scaled"``), with float32 cotangents either way.
 
 heddle.autodiff keeps every cotangent of a narrow value in float32 (POLICY.md 7), so by default the
 two contractions that transpose a narrow ``dot_general`` (``dA = dC . B^T``, ``dB = A^T . dC``) read
@@ -22,14 +23,31 @@ default. What is given up against the default is the cotangent's precision insid
 same cotangent to the narrow dtype without a scale (and rounds the results too), nothing but the
 last bit of a float16 cotangent whose largest element is within a factor 2 of 65504.
 
-Contractions whose operands are not both bfloat16 or both float16 (float8, mixed dtypes),
-convolutions and ragged dots keep the default rule. Under explicit mesh axes each backward
-contraction names its result's sharding, the operand's, as JAX's own transpose rule does. The rule
-is a ``jax.custom_vjp`` whose backward contractions are themselves differentiable: differentiated
-again (forward over reverse, ``jax.jvp`` of a gradient), they are the same contractions in float32.
-Inside the float32 version of a ``while`` body or a ``custom_jvp`` function (``_widen``), a
-contraction of two bfloat16 or two float16 operands uses the rule too (``widened``); ``scan`` and
-``cond`` bodies are evaluated with twins, where every contraction takes it as at top level.
+Contractions whose operands are not both bfloat16 or both float16 (float8, mixed dtypes) read the
+cotangent as it is. Under explicit mesh axes each backward contraction names its result's sharding,
+the operand's, as JAX's own transpose rule does. Inside the float32 version of a ``while`` body or a
+``custom_jvp`` function (``_widen``), a contraction of two bfloat16 or two float16 operands uses the
+rule too (``widened``); ``scan`` and ``cond`` bodies are evaluated with twins, where every
+contraction takes it as at top level. Convolutions and ragged dots keep ``_widen``'s float32
+derivative.
+
+The default (``"float32"``) is the same ``jax.custom_vjp`` rule with ``narrow=False``: the two
+contractions read the float32 cotangent as it is and the operands widened exactly, so they compute
+the values JAX's transpose of the float32 contraction computes, laid out differently. JAX's
+transpose rule contracts the cotangent with the other operand and transposes the result into the
+operand's axis order; for the weight of ``x @ w`` it contracts the cotangent over the cotangent's
+leading (batch) axes, which XLA:CPU compiles into a transposing copy of the whole cotangent, fused
+into the elementwise work that produces it. ``_transposed`` writes each contraction as a batched
+matmul, ``(B, M, K) @ (B, K, N)``, the weight's cotangent as ``x^T @ dC``, so only the operand is
+transposed (a transformer block's gradient step on CPU: 1.2-1.35x ``jax.grad``'s time with JAX's
+transposes, 0.85x with these; ``benchmarks/bench_autodiff.py``).
+
+The rule is a ``jax.custom_vjp``. Its forward value is ``_rules.contract``'s, so that under forward
+mode over a gradient (``jax.jvp`` of it, a Hessian-vector product) the result differentiates through
+the float32 twins; its backward contractions are differentiable and differentiate as the same
+contractions in float32. A ``jax.custom_vjp`` has no forward mode of its own, so an evaluation that
+is differentiated forward (``jacfwd``, ``hessian``'s outer level: ``mode(FORWARD)``) keeps
+``_rules.contract``, a ``jax.custom_jvp`` that JAX transposes itself.
 """
 
 from __future__ import annotations
@@ -47,8 +65,10 @@ from jax import lax
 from jax.custom_derivatives import SymbolicZero
 from jax.sharding import AxisType
 
+from heddle.autodiff._rules import contract
 from heddle.ops.lowering import dot_needs_widening, runnable_precision
 from heddle.programs._audit_cotangent import NARROW_COPY
+from heddle.programs._on_twins import on_twins
 
 _F32 = np.dtype("float32")
 SCALED_DTYPES = frozenset(np.dtype(d) for d in (jnp.bfloat16, jnp.float16))
@@ -56,6 +76,10 @@ SCALED_DTYPES = frozenset(np.dtype(d) for d in (jnp.bfloat16, jnp.float16))
 
 MODES = ("float32", "scaled")
 """The values of heddle.autodiff's ``contractions`` argument."""
+
+FORWARD = "forward"
+"""The mode of a forward-mode evaluation (``jacfwd``): every rule must have a JVP, so contractions
+keep the ``jax.custom_jvp`` rule of ``_rules.contract`` and no ``jax.custom_vjp`` rule is used."""
 
 _MODE: ContextVar[str] = ContextVar("heddle_autodiff_contractions", default="float32")
 
@@ -75,10 +99,22 @@ def active() -> bool:
     return _MODE.get() == "scaled"
 
 
+def reverse() -> bool:
+    """Whether the evaluation in progress is differentiated in reverse mode only, so a contraction
+    may take the ``jax.custom_vjp`` rule here (``contraction``), scaled or not."""
+    return _MODE.get() != FORWARD
+
+
 def applies(lhs_dtype: Any, rhs_dtype: Any) -> bool:
     """Whether a contraction of these operand dtypes runs its backward pass narrow when scaled."""
     d = np.dtype(lhs_dtype)
     return d == np.dtype(rhs_dtype) and d in SCALED_DTYPES
+
+
+def exact_in_float32(*dtypes: Any) -> bool:
+    """Whether every operand dtype is a real float that float32 holds exactly (narrow or float32),
+    so the ``jax.custom_vjp`` rule's backward contractions can read them widened."""
+    return all(jnp.issubdtype(d, jnp.floating) and np.dtype(d).itemsize <= 4 for d in dtypes)
 
 
 def shardings(lhs: Any, rhs: Any) -> tuple[Any, Any] | None:
@@ -202,24 +238,31 @@ def transposes(
     dims: Any,
     precision: Any,
     shardings: tuple[Any, Any] | None = None,
+    narrow: bool = True,
 ) -> tuple[jax.Array | None, jax.Array | None]:
-    """The float32 cotangents of the two operands (both of one narrow dtype) for the float32
-    cotangent ``ct`` of ``dot_general(lhs, rhs, dims, preferred_element_type=float32)``, each
-    contraction reading ``ct`` narrowed (``narrowed``). An operand given as None is not needed:
-    the other's cotangent is not computed (None). ``shardings``: the operands' (``shardings``),
-    named as their cotangents'. Differentiated again (forward over reverse: a
-    Hessian-vector product), they are the same contractions in float32."""
+    """The float32 cotangents of the two operands for the float32 cotangent ``ct`` of
+    ``dot_general(lhs, rhs, dims, preferred_element_type=float32)``, each contraction reading
+    ``ct`` narrowed (``narrowed``; ``narrow``, for operands of one scaled dtype) or as it is, the
+    operands widened exactly (``narrow=False``). An operand given as None is not needed: the
+    other's cotangent is not computed (None). ``shardings``: the operands' (``shardings``), named
+    as their cotangents'. Differentiated again (forward over reverse: a Hessian-vector product),
+    they are the same contractions in float32."""
     arrays = [a for a in (lhs, rhs) if a is not None]
     if not arrays:
         return None, None
-    f = _transposes(dims, precision, lhs is not None, rhs is not None, shardings)
+    f = _transposes(dims, precision, lhs is not None, rhs is not None, shardings, narrow)
     outs = iter(f(ct, *arrays))
     return (next(outs) if rhs is not None else None), (next(outs) if lhs is not None else None)
 
 
 @functools.cache
 def _transposes(
-    dims: Any, precision: Any, has_lhs: bool, has_rhs: bool, shardings: tuple[Any, Any] | None
+    dims: Any,
+    precision: Any,
+    has_lhs: bool,
+    has_rhs: bool,
+    shardings: tuple[Any, Any] | None,
+    narrow: bool,
 ) -> Any:
     """``f(ct, *operands)``: the list of cotangents ``transposes`` gives, with a float32 derivative."""
 
@@ -243,6 +286,12 @@ def _transposes(
             out.append(_transposed(narrow, lhs, dims, 1, precision, named[1]))
         return out if unscale is None else [o * unscale for o in out]
 
+    def exact(ct: Any, *operands: Any) -> list[Any]:
+        return compute(ct, operands, wide=True)
+
+    if not narrow:
+        return exact
+
     def scaled(ct: Any, operands: Any) -> list[Any]:
         # the narrow copy of the cotangent is an operand, not the cotangent: the audit skips it
         with jax.named_scope(NARROW_COPY):
@@ -254,17 +303,28 @@ def _transposes(
 
     @f.defjvp
     def _(primals: Any, tangents: Any) -> tuple[Any, Any]:
-        exact = lambda ct, *ops: compute(ct, ops, wide=True)
         return f(*primals), jax.jvp(exact, primals, tangents)[1]
 
     return f
 
 
 @functools.cache
-def contraction(dims: Any, precision: Any, out_sharding: Any, named: Any = None) -> Any:
+def contraction(
+    dims: Any,
+    precision: Any,
+    out_sharding: Any,
+    named: Any = None,
+    narrow: bool = True,
+    keep_twins: tuple[bool, bool] = (False, False),
+) -> Any:
     """``f(lhs, rhs, lhs32, rhs32)``: ``dot_general(lhs, rhs)`` with a float32 result, whose
-    cotangent reaches the float32 twins ``lhs32``/``rhs32`` through ``transposes``; ``named``:
-    the operands' ``shardings``."""
+    cotangent reaches the float32 twins ``lhs32``/``rhs32`` through ``transposes`` (``narrow``:
+    reading it narrowed); ``named``: the operands' ``shardings``. The backward pass keeps the
+    operands, or (``keep_twins``, with ``narrow=False``) their twins: float32 arrays that exist
+    anyway (a loop's stacked inputs, a differentiated leaf), which a loop then passes to its
+    backward pass as they are. Under forward mode (``jax.jvp`` of a gradient) the result
+    differentiates through the twins (``contract``); the narrow operands' own derivatives are not
+    read (``stopped``)."""
     kw = dict(
         dimension_numbers=dims,
         precision=precision,
@@ -272,20 +332,34 @@ def contraction(dims: Any, precision: Any, out_sharding: Any, named: Any = None)
         out_sharding=out_sharding,
     )
 
+    def value(lhs: Any, rhs: Any, lhs32: Any, rhs32: Any) -> Any:
+        return contract(lhs, rhs, lhs32, rhs32, **kw)
+
     @jax.custom_vjp
     def f(lhs: Any, rhs: Any, lhs32: Any, rhs32: Any) -> Any:
-        del lhs32, rhs32
-        return lax.dot_general(lhs, rhs, **kw)
+        return value(lhs, rhs, lhs32, rhs32)
 
     def fwd(lhs: Any, rhs: Any, lhs32: Any, rhs32: Any) -> tuple[Any, Any]:
-        out = lax.dot_general(lhs.value, rhs.value, **kw)
-        return out, _residuals(lhs.value, rhs.value, lhs32.perturbed, rhs32.perturbed)
+        out = value(lhs.value, rhs.value, lhs32.value, rhs32.value)
+        saved = [
+            w.value if keep and not narrow else x.value
+            for x, w, keep in zip((lhs, rhs), (lhs32, rhs32), keep_twins, strict=True)
+        ]
+        return out, _residuals(*saved, lhs32.perturbed, rhs32.perturbed)
 
     def bwd(res: Any, ct: Any) -> tuple[Any, ...]:
-        return None, None, *_pullback(res, ct, dims, precision, named)
+        return None, None, *_pullback(res, ct, dims, precision, named, narrow)
 
     f.defvjp(fwd, bwd, symbolic_zeros=True)
     return f
+
+
+def stopped(x: Any) -> Any:
+    """A differentiated narrow value as the rules here read it: for its value alone, its derivative
+    being its twin's. Stopped, JAX gives it no cotangent (a loop's backward pass would otherwise
+    stack zeros for a narrow input of each step). A value that is not differentiated (data a loop
+    reads) is given as it is, so a loop passes it to its backward pass without a copy."""
+    return lax.stop_gradient(x)
 
 
 def _residuals(lhs: Any, rhs: Any, want_lhs: bool, want_rhs: bool) -> tuple[Any, Any]:
@@ -293,12 +367,14 @@ def _residuals(lhs: Any, rhs: Any, want_lhs: bool, want_rhs: bool) -> tuple[Any,
     return (lhs if want_rhs else None), (rhs if want_lhs else None)
 
 
-def _pullback(res: Any, ct: Any, dims: Any, precision: Any, named: Any) -> tuple[Any, Any]:
+def _pullback(
+    res: Any, ct: Any, dims: Any, precision: Any, named: Any, narrow: bool
+) -> tuple[Any, Any]:
     """The float32 cotangents of the twins (None where not wanted, or where ``ct`` is zero)."""
     lhs, rhs = res
     if isinstance(ct, SymbolicZero):
         return None, None
-    return transposes(ct, lhs, rhs, dims, precision, named)
+    return transposes(ct, lhs, rhs, dims, precision, named, narrow)
 
 
 def widened(eqn: Any, args: Any) -> list[Any] | None:
@@ -313,28 +389,36 @@ def widened(eqn: Any, args: Any) -> list[Any] | None:
     precision = runnable_precision(p["precision"])
     narrow = [a.astype(d) for a in args]
     f = contraction(p["dimension_numbers"], precision, p.get("out_sharding"), shardings(*narrow))
-    return [f(*narrow, *args)]
+    return [f(*map(stopped, narrow), *args)]
 
 
 @functools.cache
 def narrow_result(
-    dims: Any, precision: Any, exactly: Callable[[Any], Any], named: Any = None
+    dims: Any, precision: Any, exactly: Callable[[Any], Any], named: Any = None, narrow: bool = True
 ) -> Any:
     """``f(out, lhs32, rhs32, lhs, rhs)``: ``exactly(out)``, the float32 twin of ``out``, the narrow
     result of ``dot_general(lhs, rhs, dims)``; its cotangent reaches the float32 twins
-    ``lhs32``/``rhs32`` through ``transposes``; ``named``: the operands' ``shardings``."""
+    ``lhs32``/``rhs32`` through ``transposes``; ``named``: the operands' ``shardings``. Under
+    forward mode the twin differentiates as the float32 contraction of the twins (``on_twins``);
+    ``out``'s and the operands' own derivatives are not read (``stopped``)."""
+
+    def derivative(lhs32: Any, rhs32: Any) -> Any:
+        return lax.dot_general(lhs32, rhs32, dims, precision, preferred_element_type=_F32)
+
+    def value(out: Any, lhs32: Any, rhs32: Any) -> Any:
+        return on_twins(lambda _l, _r, out: exactly(out), derivative, [lhs32, rhs32], [out])
 
     @jax.custom_vjp
     def f(out: Any, lhs32: Any, rhs32: Any, lhs: Any, rhs: Any) -> Any:
-        del lhs32, rhs32, lhs, rhs
-        return exactly(out)
+        del lhs, rhs
+        return value(out, lhs32, rhs32)
 
     def fwd(out: Any, lhs32: Any, rhs32: Any, lhs: Any, rhs: Any) -> tuple[Any, Any]:
         res = _residuals(lhs.value, rhs.value, lhs32.perturbed, rhs32.perturbed)
-        return exactly(out.value), res
+        return value(out.value, lhs32.value, rhs32.value), res
 
     def bwd(res: Any, ct: Any) -> tuple[Any, ...]:
-        return None, *_pullback(res, ct, dims, precision, named), None, None
+        return None, *_pullback(res, ct, dims, precision, named, narrow), None, None
 
     f.defvjp(fwd, bwd, symbolic_zeros=True)
     return f

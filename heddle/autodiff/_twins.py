@@ -15,7 +15,10 @@ rewrites use the twins; everything else is bound unchanged:
    leaf the twin is the float32 variable heddle.autodiff differentiates with respect to: its
    gradient is never rounded at all.
 2. ``dot_general`` with a narrow operand and a float32 result (heddle's contractions, with
-   ``preferred_element_type=float32``) becomes ``contract``: same forward, tangent through the twins.
+   ``preferred_element_type=float32``) becomes ``_scaled.contraction`` (reverse mode: a
+   ``jax.custom_vjp`` whose backward contractions read the float32 cotangent) or ``contract``
+   (forward mode: a ``jax.custom_jvp``): same forward, derivative through the twins. A contraction
+   with a narrow result takes ``_scaled.narrow_result`` in reverse mode the same way.
 3. Operations that only copy values (reshape, transpose, broadcast, slicing, gather, concatenate,
    pad, select, neg, abs, max, min, ...) give their result the same operation applied to the twins.
 4. Every other equation with a narrow float result gives it the twin ``convert(result, float32)``
@@ -154,17 +157,33 @@ def _dot(frame: Frame, eqn: Any) -> bool:
         return frame.twin(a) if is_narrow(d) else frame.read(a)
 
     p = _dot_params(eqn)
-    lw, rw = twin(lhs, dl), twin(rhs, dr)
-    if _scaled.active() and _scaled.applies(dl, dr) and out_dtype == _F32:
-        narrow = frame.read(lhs), frame.read(rhs)
+    if out_dtype == _F32 and _scaled.reverse() and _scaled.exact_in_float32(dl, dr):
+        ops = (lhs, rhs)
+        given = tuple(_has_given_twin(frame, a) for a in ops)  # kept as they are
+        narrow = [_operand(frame, a) for a in ops]
+        lw, rw = twin(lhs, dl), twin(rhs, dr)
         named = _scaled.shardings(*narrow)
+        scaled = _scaled.active() and _scaled.applies(dl, dr)
         f = _scaled.contraction(
-            p["dimension_numbers"], p["precision"], p.get("out_sharding"), named
+            p["dimension_numbers"], p["precision"], p.get("out_sharding"), named, scaled, given
         )
         frame.write(eqn.outvars[0], f(*narrow, lw, rw))
-    else:
-        frame.write(eqn.outvars[0], contract(frame.read(lhs), frame.read(rhs), lw, rw, **p))
+        return True
+    lw, rw = twin(lhs, dl), twin(rhs, dr)
+    frame.write(eqn.outvars[0], contract(frame.read(lhs), frame.read(rhs), lw, rw, **p))
     return True
+
+
+def _operand(frame: Frame, atom: Any) -> Any:
+    """A contraction operand as ``_scaled``'s rules read it: a differentiated narrow value (one with
+    a twin) ``stopped``, any other as it is."""
+    x = frame.read(atom)
+    return _scaled.stopped(x) if _is_narrow_atom(atom) and frame.has_twin(atom) else x
+
+
+def _has_given_twin(frame: Frame, atom: Any) -> bool:
+    """Whether the atom's twin came with it (a leaf's, a loop body input's: ``Frame.give_twin``)."""
+    return not isinstance(atom, jex_core.Literal) and atom in frame.given
 
 
 def _dot_params(eqn: Any) -> dict[str, Any]:
@@ -204,7 +223,7 @@ def _body(
     for v, x in zip(jaxpr.invars, values, strict=True):
         inner.write(v, x)
     for i, t in twins.items():
-        inner.twins[jaxpr.invars[i]] = t
+        inner.give_twin(jaxpr.invars[i], t)
     _run(inner, jaxpr)
     outs = [inner.read(v) for v in jaxpr.outvars]
     return outs, [inner.twin(jaxpr.outvars[j]) for j in narrow_out]
@@ -373,15 +392,24 @@ def _derived_twin(frame: Frame, eqn: Any) -> None:
     outs = narrow_outs + wide_outs
     if not outs or not any(_is_float_atom(a) for a in eqn.invars):
         return
+    stops = [_is_narrow_atom(a) and frame.has_twin(a) for a in eqn.invars]  # as ``_operand``
     wide = [frame.twin_ref(a) if _is_narrow_atom(a) else frame.value_ref(a) for a in eqn.invars]
     ins = [frame.value_ref(a) for a in eqn.invars]
     values = [frame.value_ref(v) for _, v in outs]
 
-    scaled = _scaled.active()  # read now: a lazy twin may be made after the evaluation
+    # read now: a lazy twin may be made after the evaluation
+    scaled, reverse = _scaled.active(), _scaled.reverse()
 
     def made() -> dict[Any, Any]:
         return _wide_twins(
-            eqn, outs, [w() for w in wide], [x() for x in ins], [n() for n in values], scaled
+            eqn,
+            outs,
+            [w() for w in wide],
+            [x() for x in ins],
+            [n() for n in values],
+            scaled,
+            reverse,
+            stops,
         )
 
     twins = Once(made, wide)  # one evaluation for all the outputs' twins
@@ -429,21 +457,30 @@ def _wide_twins(
     ins: list[Any],
     narrow: list[Any],
     scaled: bool = False,
+    reverse: bool = True,
+    stops: Sequence[bool] = (),
 ) -> dict[Any, Any]:
     """The twins of ``eqn``'s narrow results ``outs`` (values ``narrow``), computed from its
     operands' twins (``wide``; ``ins`` the operands themselves); ``scaled``: a contraction's
-    backward contractions read its cotangent narrowed (``_scaled``)."""
+    backward contractions read its cotangent narrowed (``_scaled``); ``reverse``: the evaluation
+    is differentiated in reverse mode only (``_scaled.reverse``); ``stops``: the operands that are
+    differentiated narrow values (``_operand``)."""
     floats = [i for i, a in enumerate(eqn.invars) if _is_float_atom(a)]
     picks = [k for k, _ in outs]
     bilinear = rule(eqn.primitive.name) is Rule.CONTRACTION and len(floats) == 2
     narrow_only = all(_is_narrow_atom(v) for _, v in outs)
     dot = bilinear and has(eqn.primitive.name, Fact.DOT) and narrow_only
-    if dot and scaled and _scaled.applies(*(dtype_of(a) for a in eqn.invars)):
+    dtypes = [dtype_of(a) for a in eqn.invars]
+    if dot and reverse and _scaled.exact_in_float32(*dtypes):
         p = _dot_params(eqn)
         named = _scaled.shardings(*ins)
-        f = _scaled.narrow_result(p["dimension_numbers"], p["precision"], widen_exactly, named)
+        narrowed = scaled and _scaled.applies(*dtypes)
+        f = _scaled.narrow_result(
+            p["dimension_numbers"], p["precision"], widen_exactly, named, narrowed
+        )
         ((_, v),) = outs
-        return {v: f(narrow[0], *wide, *ins)}
+        given = [_scaled.stopped(x) if stop else x for x, stop in zip(ins, stops, strict=True)]
+        return {v: f(_scaled.stopped(narrow[0]), *wide, *given)}
 
     def widened(base: list[Any], *xs: Any) -> list[Any]:
         """The equation at float32 on ``xs``, its other operands (indices, predicates) from
@@ -571,7 +608,7 @@ def evaluate(
     for v, x, t in zip(jaxpr.invars, args, arg_twins, strict=True):
         frame.write(v, x)
         if t is not None:
-            frame.twins[v] = t
+            frame.give_twin(v, t)
     _run(frame, jaxpr)
     outs: list[Any] = [None] * (len(arrays) + len(kept))
     for i, v in zip(arrays, jaxpr.outvars, strict=True):
