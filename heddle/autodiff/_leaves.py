@@ -22,7 +22,8 @@ import jax
 import numpy as np
 from jax import lax
 
-from heddle.autodiff._twins import is_narrow, read_as
+from heddle.autodiff._rules import read_as
+from heddle.autodiff._twins import is_narrow
 from heddle.policy._errors import message
 
 _F32 = np.dtype("float32")

@@ -8,16 +8,17 @@ forward mode, reverse mode (JAX linearises the JVP rule and transposes it) and `
 The tangent contraction accumulates in float32, as JAX's own transpose does; its result is a float32
 cotangent for the twin, summed with the twin's other cotangents before any rounding.
 
-Evaluations differentiated in reverse mode only (``grad``, ``vjp``, ``jacrev``) take
-``_scaled.contraction`` instead where its operands are exact in float32: the same values, with
-backward contractions laid out for the backend (``_scaled``'s docstring says why). This rule is the
-one that forward mode (``jacfwd``, ``hessian``) needs, and the one for a float32 result of a float64
-operand.
+At the top level of an evaluation differentiated in reverse mode only (``grad``, ``vjp``,
+``jacrev``) contractions whose operands are exact in float32 take ``_scaled.contraction`` instead:
+the same values, with backward contractions laid out for the backend (``_scaled``'s docstring says
+why and where). This rule is the one forward mode (``jacfwd``, ``hessian``) needs, the one inside
+``scan``, ``cond`` and checkpoint bodies, and the one for a float32 result of a float64 operand.
 """
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -48,6 +49,26 @@ def _contraction(
         return lax.dot_general(lhs32, rhs32, **kw)
 
     return lambda lhs, rhs, lhs32, rhs32: on_twins(dot, derivative, [lhs32, rhs32], [lhs, rhs])
+
+
+@functools.cache
+def read_as(d: np.dtype) -> Callable[[Any, Any], Any]:
+    """``f(twin, v)``: ``convert(v, d)`` as the plain program binds it, differentiated as
+    ``convert(twin, d)`` (with ``v`` already of dtype ``d``: ``v`` as given, bit for bit, a
+    signalling NaN's payload included, differentiated through its float32 twin). The value is the plain conversion's, so XLA compiles it as it compiles
+    the plain program (where it keeps a fused narrow intermediate unrounded, ``excess precision``,
+    the value is the same); the derivative reaches the twin, which every use of ``v`` shares."""
+
+    @jax.custom_jvp
+    def f(twin: Any, v: Any) -> Any:
+        del twin
+        return lax.convert_element_type(v, d)
+
+    @f.defjvp
+    def _(primals: Any, tangents: Any) -> tuple[Any, Any]:
+        return f(*primals), lax.convert_element_type(tangents[0], d)
+
+    return f
 
 
 def widen_exactly(x: jax.Array, dtype: Any = np.float32) -> jax.Array:

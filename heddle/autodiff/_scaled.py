@@ -31,23 +31,28 @@ rule too (``widened``); ``scan`` and ``cond`` bodies are evaluated with twins, w
 contraction takes it as at top level. Convolutions and ragged dots keep ``_widen``'s float32
 derivative.
 
-The default (``"float32"``) is the same ``jax.custom_vjp`` rule with ``narrow=False``: the two
-contractions read the float32 cotangent as it is and the operands widened exactly, so they compute
-the values JAX's transpose of the float32 contraction computes, laid out differently. JAX's
-transpose rule contracts the cotangent with the other operand and transposes the result into the
-operand's axis order; for the weight of ``x @ w`` it contracts the cotangent over the cotangent's
-leading (batch) axes, which XLA:CPU compiles into a transposing copy of the whole cotangent, fused
-into the elementwise work that produces it. ``_transposed`` writes each contraction as a batched
-matmul, ``(B, M, K) @ (B, K, N)``, the weight's cotangent as ``x^T @ dC``, so only the operand is
-transposed (a transformer block's gradient step on CPU: 1.2-1.35x ``jax.grad``'s time with JAX's
-transposes, 0.85x with these; ``benchmarks/bench_autodiff.py``).
+The default (``"float32"``), at the top level of a reverse-mode evaluation, is the same
+``jax.custom_vjp`` rule with ``narrow=False``: the two contractions read the float32 cotangent as it
+is and the operands widened exactly (a differentiated narrow operand as its twin, which the
+backward pass keeps), so they compute the values JAX's transpose of the float32 contraction
+computes, laid out differently. JAX's transpose rule contracts the cotangent with the other operand
+and transposes the result into the operand's axis order; for the weight of ``x @ w`` it contracts
+the cotangent over the cotangent's leading (batch) axes, which XLA:CPU compiles into a transposing
+copy of the whole cotangent, fused into the elementwise work that produces it. ``_transposed``
+writes each contraction as a batched matmul, ``(B, M, K) @ (B, K, N)``, the weight's cotangent as
+``x^T @ dC``, so only the operand is transposed (a transformer block's gradient step on CPU:
+1.15-1.38x ``jax.grad``'s time with JAX's transposes, 0.85x with these;
+``benchmarks/bench_autodiff.py``).
 
-The rule is a ``jax.custom_vjp``. Its forward value is ``_rules.contract``'s, so that under forward
-mode over a gradient (``jax.jvp`` of it, a Hessian-vector product) the result differentiates through
-the float32 twins; its backward contractions are differentiable and differentiate as the same
-contractions in float32. A ``jax.custom_vjp`` has no forward mode of its own, so an evaluation that
-is differentiated forward (``jacfwd``, ``hessian``'s outer level: ``mode(FORWARD)``) keeps
-``_rules.contract``, a ``jax.custom_jvp`` that JAX transposes itself.
+The rule's forward value is ``_rules.contract``'s, a ``jax.custom_jvp`` through the twins, so that
+forward mode over a gradient (``jax.jvp`` of it, a Hessian-vector product) differentiates the
+result in float32, and its backward contractions read the kept twins, differentiable again in
+float32. JAX's partial evaluation of a body (a ``scan``'s, a ``cond``'s, a checkpoint's) inlines a
+``jax.custom_jvp`` and would leave that forward value differentiable only through the narrow
+operands, so inside bodies the default keeps ``_rules.contract`` itself (the layout matters less
+there: a scan over layers measured the same both ways). A ``jax.custom_vjp`` has no forward mode of
+its own, so an evaluation that is differentiated forward (``jacfwd``, ``hessian``'s outer level:
+``mode(FORWARD)``) keeps ``_rules.contract`` everywhere.
 """
 
 from __future__ import annotations
@@ -320,11 +325,9 @@ def contraction(
     """``f(lhs, rhs, lhs32, rhs32)``: ``dot_general(lhs, rhs)`` with a float32 result, whose
     cotangent reaches the float32 twins ``lhs32``/``rhs32`` through ``transposes`` (``narrow``:
     reading it narrowed); ``named``: the operands' ``shardings``. The backward pass keeps the
-    operands, or (``keep_twins``, with ``narrow=False``) their twins: float32 arrays that exist
-    anyway (a loop's stacked inputs, a differentiated leaf), which a loop then passes to its
-    backward pass as they are. Under forward mode (``jax.jvp`` of a gradient) the result
-    differentiates through the twins (``contract``); the narrow operands' own derivatives are not
-    read (``stopped``)."""
+    operands, or (``keep_twins``, with ``narrow=False``) their twins, which forward mode over the
+    gradient then differentiates in float32. The result's own value is ``contract``'s, so forward
+    mode over a gradient (``jax.jvp`` of it) differentiates it through the twins too."""
     kw = dict(
         dimension_numbers=dims,
         precision=precision,
@@ -342,8 +345,8 @@ def contraction(
     def fwd(lhs: Any, rhs: Any, lhs32: Any, rhs32: Any) -> tuple[Any, Any]:
         out = value(lhs.value, rhs.value, lhs32.value, rhs32.value)
         saved = [
-            w.value if keep and not narrow else x.value
-            for x, w, keep in zip((lhs, rhs), (lhs32, rhs32), keep_twins, strict=True)
+            t.value if keep and not narrow else x.value
+            for x, t, keep in zip((lhs, rhs), (lhs32, rhs32), keep_twins, strict=True)
         ]
         return out, _residuals(*saved, lhs32.perturbed, rhs32.perturbed)
 
@@ -352,14 +355,6 @@ def contraction(
 
     f.defvjp(fwd, bwd, symbolic_zeros=True)
     return f
-
-
-def stopped(x: Any) -> Any:
-    """A differentiated narrow value as the rules here read it: for its value alone, its derivative
-    being its twin's. Stopped, JAX gives it no cotangent (a loop's backward pass would otherwise
-    stack zeros for a narrow input of each step). A value that is not differentiated (data a loop
-    reads) is given as it is, so a loop passes it to its backward pass without a copy."""
-    return lax.stop_gradient(x)
 
 
 def _residuals(lhs: Any, rhs: Any, want_lhs: bool, want_rhs: bool) -> tuple[Any, Any]:
@@ -389,18 +384,23 @@ def widened(eqn: Any, args: Any) -> list[Any] | None:
     precision = runnable_precision(p["precision"])
     narrow = [a.astype(d) for a in args]
     f = contraction(p["dimension_numbers"], precision, p.get("out_sharding"), shardings(*narrow))
-    return [f(*map(stopped, narrow), *args)]
+    return [f(*narrow, *args)]
 
 
 @functools.cache
 def narrow_result(
-    dims: Any, precision: Any, exactly: Callable[[Any], Any], named: Any = None, narrow: bool = True
+    dims: Any,
+    precision: Any,
+    exactly: Callable[[Any], Any],
+    named: Any = None,
+    narrow: bool = True,
+    keep_twins: tuple[bool, bool] = (False, False),
 ) -> Any:
     """``f(out, lhs32, rhs32, lhs, rhs)``: ``exactly(out)``, the float32 twin of ``out``, the narrow
     result of ``dot_general(lhs, rhs, dims)``; its cotangent reaches the float32 twins
-    ``lhs32``/``rhs32`` through ``transposes``; ``named``: the operands' ``shardings``. Under
-    forward mode the twin differentiates as the float32 contraction of the twins (``on_twins``);
-    ``out``'s and the operands' own derivatives are not read (``stopped``)."""
+    ``lhs32``/``rhs32`` through ``transposes``; ``named``: the operands' ``shardings``;
+    ``keep_twins`` as ``contraction``'s. Under forward mode the twin differentiates as the float32
+    contraction of the twins (``on_twins``)."""
 
     def derivative(lhs32: Any, rhs32: Any) -> Any:
         return lax.dot_general(lhs32, rhs32, dims, precision, preferred_element_type=_F32)
@@ -414,7 +414,11 @@ def narrow_result(
         return value(out, lhs32, rhs32)
 
     def fwd(out: Any, lhs32: Any, rhs32: Any, lhs: Any, rhs: Any) -> tuple[Any, Any]:
-        res = _residuals(lhs.value, rhs.value, lhs32.perturbed, rhs32.perturbed)
+        saved = [
+            t.value if keep and not narrow else x.value
+            for x, t, keep in zip((lhs, rhs), (lhs32, rhs32), keep_twins, strict=True)
+        ]
+        res = _residuals(*saved, lhs32.perturbed, rhs32.perturbed)
         return value(out.value, lhs32.value, rhs32.value), res
 
     def bwd(res: Any, ct: Any) -> tuple[Any, ...]:

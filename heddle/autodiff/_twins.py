@@ -15,10 +15,11 @@ rewrites use the twins; everything else is bound unchanged:
    leaf the twin is the float32 variable heddle.autodiff differentiates with respect to: its
    gradient is never rounded at all.
 2. ``dot_general`` with a narrow operand and a float32 result (heddle's contractions, with
-   ``preferred_element_type=float32``) becomes ``_scaled.contraction`` (reverse mode: a
-   ``jax.custom_vjp`` whose backward contractions read the float32 cotangent) or ``contract``
-   (forward mode: a ``jax.custom_jvp``): same forward, derivative through the twins. A contraction
-   with a narrow result takes ``_scaled.narrow_result`` in reverse mode the same way.
+   ``preferred_element_type=float32``) becomes ``_scaled.contraction`` (at the top level of a
+   reverse-mode evaluation: a ``jax.custom_vjp`` whose backward contractions read the float32
+   cotangent) or ``contract`` (forward mode, and inside bodies: a ``jax.custom_jvp``): same
+   forward, derivative through the twins. A contraction with a narrow result takes
+   ``_scaled.narrow_result`` the same way (``_custom_backward``).
 3. Operations that only copy values (reshape, transpose, broadcast, slicing, gather, concatenate,
    pad, select, neg, abs, max, min, ...) give their result the same operation applied to the twins.
 4. Every other equation with a narrow float result gives it the twin ``convert(result, float32)``
@@ -43,6 +44,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
+from contextvars import ContextVar
 from typing import Any
 
 import jax
@@ -53,7 +55,7 @@ from jax.custom_derivatives import SymbolicZero
 from jax.extend import core as jex_core
 
 from heddle.autodiff import _scaled
-from heddle.autodiff._rules import contract, like, widen_exactly
+from heddle.autodiff._rules import contract, like, read_as, widen_exactly
 from heddle.autodiff._widen import is_narrow, widen_bind, widen_value
 from heddle.ops.lowering import runnable_precision
 from heddle.programs._frame import Frame, Once, dtype_of
@@ -61,6 +63,8 @@ from heddle.programs._interpret import bind, context, inline, plain_jit, run, su
 from heddle.programs._table import Body, Fact, Rule, has, having, kind, rule
 
 _F32 = np.dtype("float32")
+_IN_BODY: ContextVar[bool] = ContextVar("heddle_autodiff_in_body", default=False)
+"""Whether the evaluation in progress is a body's (``_body``: a scan's, a branch's, a checkpoint's)."""
 
 # Primitives whose single result copies values of its operands of the result's dtype.
 _COPYING = having(Fact.COPIES)
@@ -122,26 +126,6 @@ def _convert(frame: Frame, eqn: Any) -> bool:
     return False
 
 
-@functools.cache
-def read_as(d: np.dtype) -> Callable[[Any, Any], Any]:
-    """``f(twin, v)``: ``convert(v, d)`` as the plain program binds it, differentiated as
-    ``convert(twin, d)`` (with ``v`` already of dtype ``d``: ``v`` as given, bit for bit, a
-    signalling NaN's payload included, differentiated through its float32 twin). The value is the plain conversion's, so XLA compiles it as it compiles
-    the plain program (where it keeps a fused narrow intermediate unrounded, ``excess precision``,
-    the value is the same); the derivative reaches the twin, which every use of ``v`` shares."""
-
-    @jax.custom_jvp
-    def f(twin: Any, v: Any) -> Any:
-        del twin
-        return lax.convert_element_type(v, d)
-
-    @f.defjvp
-    def _(primals: Any, tangents: Any) -> tuple[Any, Any]:
-        return f(*primals), lax.convert_element_type(tangents[0], d)
-
-    return f
-
-
 def _dot(frame: Frame, eqn: Any) -> bool:
     lhs, rhs = eqn.invars
     out_dtype = dtype_of(eqn.outvars[0])
@@ -157,15 +141,14 @@ def _dot(frame: Frame, eqn: Any) -> bool:
         return frame.twin(a) if is_narrow(d) else frame.read(a)
 
     p = _dot_params(eqn)
-    if out_dtype == _F32 and _scaled.reverse() and _scaled.exact_in_float32(dl, dr):
-        ops = (lhs, rhs)
-        given = tuple(_has_given_twin(frame, a) for a in ops)  # kept as they are
-        narrow = [_operand(frame, a) for a in ops]
+    scaled = _scaled.active() and _scaled.applies(dl, dr)
+    if out_dtype == _F32 and _custom_backward(scaled) and _scaled.exact_in_float32(dl, dr):
+        keep = (_differentiated(frame, lhs), _differentiated(frame, rhs))
+        narrow = frame.read(lhs), frame.read(rhs)
         lw, rw = twin(lhs, dl), twin(rhs, dr)
         named = _scaled.shardings(*narrow)
-        scaled = _scaled.active() and _scaled.applies(dl, dr)
         f = _scaled.contraction(
-            p["dimension_numbers"], p["precision"], p.get("out_sharding"), named, scaled, given
+            p["dimension_numbers"], p["precision"], p.get("out_sharding"), named, scaled, keep
         )
         frame.write(eqn.outvars[0], f(*narrow, lw, rw))
         return True
@@ -174,16 +157,19 @@ def _dot(frame: Frame, eqn: Any) -> bool:
     return True
 
 
-def _operand(frame: Frame, atom: Any) -> Any:
-    """A contraction operand as ``_scaled``'s rules read it: a differentiated narrow value (one with
-    a twin) ``stopped``, any other as it is."""
-    x = frame.read(atom)
-    return _scaled.stopped(x) if _is_narrow_atom(atom) and frame.has_twin(atom) else x
+def _differentiated(frame: Frame, atom: Any) -> bool:
+    """Whether a contraction operand is a differentiated narrow value (one with a twin), whose twin
+    the backward pass of ``_scaled``'s default rule keeps (``keep_twins``)."""
+    return _is_narrow_atom(atom) and frame.has_twin(atom)
 
 
-def _has_given_twin(frame: Frame, atom: Any) -> bool:
-    """Whether the atom's twin came with it (a leaf's, a loop body input's: ``Frame.give_twin``)."""
-    return not isinstance(atom, jex_core.Literal) and atom in frame.given
+def _custom_backward(scaled: bool) -> bool:
+    """Whether a contraction takes ``_scaled``'s ``jax.custom_vjp`` rule: scaled, or the default at
+    the top level of a reverse-mode evaluation. Inside a body (``scan``, ``cond``, checkpoint) the
+    default keeps ``contract``: JAX's partial evaluation of a body inlines the ``jax.custom_jvp``
+    that the rule's forward value is, so forward mode over the gradient would read the narrow
+    operands there, not the twins."""
+    return _scaled.reverse() and (scaled or not _IN_BODY.get())
 
 
 def _dot_params(eqn: Any) -> dict[str, Any]:
@@ -223,8 +209,12 @@ def _body(
     for v, x in zip(jaxpr.invars, values, strict=True):
         inner.write(v, x)
     for i, t in twins.items():
-        inner.give_twin(jaxpr.invars[i], t)
-    _run(inner, jaxpr)
+        inner.twins[jaxpr.invars[i]] = t
+    token = _IN_BODY.set(True)
+    try:
+        _run(inner, jaxpr)
+    finally:
+        _IN_BODY.reset(token)
     outs = [inner.read(v) for v in jaxpr.outvars]
     return outs, [inner.twin(jaxpr.outvars[j]) for j in narrow_out]
 
@@ -392,13 +382,13 @@ def _derived_twin(frame: Frame, eqn: Any) -> None:
     outs = narrow_outs + wide_outs
     if not outs or not any(_is_float_atom(a) for a in eqn.invars):
         return
-    stops = [_is_narrow_atom(a) and frame.has_twin(a) for a in eqn.invars]  # as ``_operand``
+    keep = tuple(_differentiated(frame, a) for a in eqn.invars)
     wide = [frame.twin_ref(a) if _is_narrow_atom(a) else frame.value_ref(a) for a in eqn.invars]
     ins = [frame.value_ref(a) for a in eqn.invars]
     values = [frame.value_ref(v) for _, v in outs]
 
     # read now: a lazy twin may be made after the evaluation
-    scaled, reverse = _scaled.active(), _scaled.reverse()
+    scaled, custom = _scaled.active(), _custom_backward(False)
 
     def made() -> dict[Any, Any]:
         return _wide_twins(
@@ -408,8 +398,8 @@ def _derived_twin(frame: Frame, eqn: Any) -> None:
             [x() for x in ins],
             [n() for n in values],
             scaled,
-            reverse,
-            stops,
+            custom,
+            keep,
         )
 
     twins = Once(made, wide)  # one evaluation for all the outputs' twins
@@ -457,30 +447,29 @@ def _wide_twins(
     ins: list[Any],
     narrow: list[Any],
     scaled: bool = False,
-    reverse: bool = True,
-    stops: Sequence[bool] = (),
+    custom: bool = False,
+    keep: tuple[bool, ...] = (),
 ) -> dict[Any, Any]:
     """The twins of ``eqn``'s narrow results ``outs`` (values ``narrow``), computed from its
     operands' twins (``wide``; ``ins`` the operands themselves); ``scaled``: a contraction's
-    backward contractions read its cotangent narrowed (``_scaled``); ``reverse``: the evaluation
-    is differentiated in reverse mode only (``_scaled.reverse``); ``stops``: the operands that are
-    differentiated narrow values (``_operand``)."""
+    backward contractions read its cotangent narrowed (``_scaled``); ``custom``: a contraction
+    takes ``_scaled``'s default rule (``_custom_backward``), keeping the twins of the operands
+    ``keep`` marks (``_differentiated``)."""
     floats = [i for i, a in enumerate(eqn.invars) if _is_float_atom(a)]
     picks = [k for k, _ in outs]
     bilinear = rule(eqn.primitive.name) is Rule.CONTRACTION and len(floats) == 2
     narrow_only = all(_is_narrow_atom(v) for _, v in outs)
     dot = bilinear and has(eqn.primitive.name, Fact.DOT) and narrow_only
     dtypes = [dtype_of(a) for a in eqn.invars]
-    if dot and reverse and _scaled.exact_in_float32(*dtypes):
+    narrowed = dot and scaled and _scaled.applies(*dtypes)
+    if dot and (narrowed or custom) and _scaled.exact_in_float32(*dtypes):
         p = _dot_params(eqn)
         named = _scaled.shardings(*ins)
-        narrowed = scaled and _scaled.applies(*dtypes)
         f = _scaled.narrow_result(
-            p["dimension_numbers"], p["precision"], widen_exactly, named, narrowed
+            p["dimension_numbers"], p["precision"], widen_exactly, named, narrowed, keep
         )
         ((_, v),) = outs
-        given = [_scaled.stopped(x) if stop else x for x, stop in zip(ins, stops, strict=True)]
-        return {v: f(_scaled.stopped(narrow[0]), *wide, *given)}
+        return {v: f(narrow[0], *wide, *ins)}
 
     def widened(base: list[Any], *xs: Any) -> list[Any]:
         """The equation at float32 on ``xs``, its other operands (indices, predicates) from
@@ -608,7 +597,7 @@ def evaluate(
     for v, x, t in zip(jaxpr.invars, args, arg_twins, strict=True):
         frame.write(v, x)
         if t is not None:
-            frame.give_twin(v, t)
+            frame.twins[v] = t
     _run(frame, jaxpr)
     outs: list[Any] = [None] * (len(arrays) + len(kept))
     for i, v in zip(arrays, jaxpr.outvars, strict=True):

@@ -127,8 +127,6 @@ class Frame:
         self.pending: dict[Any, Callable[[], Any]] = {}  # lazily rounded values
         self.twins: dict[Any, Any] = {}
         self.pending_twins: dict[Any, Callable[[], Any]] = {}
-        # variables whose twin came with them (``give_twin``): an array the program holds anyway
-        self.given: set[Any] = set()
         self.shadows: dict[Any, tuple[Any, int]] = {}  # var -> (unrounded value, segment)
         self._shadowed: list[tuple[Any, int]] = []  # (var, segment) of each shadow set, for prune
         self.contexts: dict[Any, Any] = {}  # narrow var -> source info of the equation producing it
@@ -254,12 +252,6 @@ class Frame:
             t = self.twins[atom] = make()
         return t
 
-    def give_twin(self, v: Any, t: Any) -> None:
-        """Sets ``v``'s twin to ``t``, an array given with it (a differentiated argument's float32
-        copy, a loop body's input): one the program holds whether or not a rule reads it."""
-        self.twins[v] = t
-        self.given.add(v)
-
     def defer_twin(
         self, v: Any, make: Callable[[], Any], deps: Sequence[Callable[[], Any]] = ()
     ) -> None:
@@ -324,9 +316,7 @@ class Frame:
             self.env[v] = outer.env[a]
         else:
             self.pending[v] = outer.value_ref(a)
-        if a in outer.given:
-            self.give_twin(v, outer.twins[a])
-        elif outer.has_twin(a) or is_narrow(dtype_of(a)):  # one twin, whichever side asks first
+        if outer.has_twin(a) or is_narrow(dtype_of(a)):  # one twin, whichever side asks first
             self.pending_twins[v] = outer.twin_ref(a)
         if a in outer.shadows:
             self.set_shadow(v, *outer.shadows[a])

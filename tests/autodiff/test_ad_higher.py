@@ -150,3 +150,77 @@ def test_second_derivatives_through_a_cond_against_float64(how, values):
     h = np.asarray(second(f)(a), np.float64)
     np.testing.assert_allclose(np.diag(h), want, rtol=1e-5)
     assert (h[~np.eye(3, dtype=bool)] == 0).all()
+
+
+def _dot32(a, b):
+    return jax.lax.dot_general(a, b, (((a.ndim - 1,), (0,)), ((), ())), preferred_element_type=F32)
+
+
+def _through(a, d):
+    """``a`` rounded to ``d`` in value, differentiated as the identity (heddle's rounding rule)."""
+    return a + jax.lax.stop_gradient(a.astype(d).astype(F32) - a)
+
+
+@pytest.mark.parametrize("narrow_result", [False, True], ids=["f32-result", "narrow-result"])
+def test_second_derivatives_through_a_contraction_of_an_intermediate(narrow_result, transform):
+    # sum(w**3) as a contraction of w*w with w: the backward contractions read both operands, so
+    # differentiating the gradient again must reach them (exact small integers in bfloat16)
+    w = jnp.array([1.0, 2.0], BF16)
+    dot = jnp.dot if narrow_result else (lambda a, b: jnp.dot(a, b, preferred_element_type=F32))
+    f = lambda w: dot(w * w, w).astype(F32)
+    want = np.diag([6.0, 12.0])
+    np.testing.assert_array_equal(np.asarray(transform(autodiff.hessian(f))(w)), want)
+    np.testing.assert_array_equal(np.asarray(transform(jax.jacfwd(autodiff.grad(f)))(w)), want)
+    hvp = transform(lambda w, v: jax.jvp(autodiff.grad(f), (w,), (v,))[1])(w, jnp.ones_like(w))
+    np.testing.assert_array_equal(np.asarray(hvp), [6.0, 12.0])
+
+
+@pytest.mark.parametrize("dtype", [BF16, F16], ids=["bf16", "f16"])
+@pytest.mark.parametrize("narrow_result", [False, True], ids=["f32-result", "narrow-result"])
+def test_hessian_vector_products_of_a_two_layer_net_are_float32s(dtype, narrow_result):
+    """``jax.jvp`` of the default gradient: against float32 arithmetic on the rounded values (each
+    rounding differentiated as the identity), to float32 accuracy: the backward contractions'
+    operands carry float32 tangents."""
+    rng = np.random.default_rng(1)
+    W1, V1 = (jnp.asarray(rng.standard_normal((4, 6)) * 0.5, dtype) for _ in range(2))
+    W2, V2 = (jnp.asarray(rng.standard_normal((6, 3)) * 0.5, dtype) for _ in range(2))
+    x = jnp.asarray(rng.standard_normal((5, 4)), dtype)
+
+    def f(W1, W2):
+        if narrow_result:
+            return jnp.sum(((jnp.tanh(x @ W1) @ W2).astype(F32)) ** 2)
+        h = jnp.tanh(_dot32(x, W1)).astype(dtype)
+        return jnp.sum(_dot32(h, W2) ** 2)
+
+    def ref(W1, W2):
+        x32 = x.astype(F32)
+        if narrow_result:
+            h = _through(jnp.tanh(_through(_dot32(x32, W1), dtype)), dtype)
+            return jnp.sum(_through(_dot32(h, W2), dtype) ** 2)
+        return jnp.sum(_dot32(_through(jnp.tanh(_dot32(x32, W1)), dtype), W2) ** 2)
+
+    up = lambda *a: tuple(t.astype(F32) for t in a)
+    _, want = jax.jvp(jax.grad(ref, (0, 1)), up(W1, W2), up(V1, V2))
+    _, got = jax.jvp(autodiff.grad(f, (0, 1)), (W1, W2), (V1, V2))
+    for a, b in zip(want, got, strict=True):
+        assert b.dtype == F32
+        assert float(jnp.max(jnp.abs(a - b)) / jnp.max(jnp.abs(a))) < 1e-5
+
+
+def test_hessian_vector_product_through_a_scan_over_layers():
+    """A scan over bfloat16 layers: the forward-over-reverse derivative within 1e-2 of float32's
+    (the narrow forward values differ from float32's); it was 0 where the backward contractions'
+    operands carried no tangent."""
+    rng = np.random.default_rng(0)
+    Ws, Vs = (jnp.asarray(rng.standard_normal((3, 4, 4)) * 0.5, BF16) for _ in range(2))
+    x = jnp.asarray(rng.standard_normal((2, 4)), BF16)
+    layer = lambda h, W: (jnp.tanh(_dot32(h, W)).astype(BF16), None)
+    f = lambda Ws: jnp.sum(jax.lax.scan(layer, x, Ws)[0].astype(F32) ** 2)
+    layer32 = lambda h, W: (jnp.tanh(_dot32(h, W)), None)
+    ref = lambda Ws: jnp.sum(jax.lax.scan(layer32, x.astype(F32), Ws)[0] ** 2)
+    _, want = jax.jvp(jax.grad(ref), (Ws.astype(F32),), (Vs.astype(F32),))
+    _, got = jax.jvp(autodiff.grad(f), (Ws,), (Vs,))
+    assert float(jnp.max(jnp.abs(want - got)) / jnp.max(jnp.abs(want))) < 1e-2
+    H = autodiff.hessian(lambda w: f(w.reshape(3, 4, 4)))(Ws.ravel())
+    H32 = jax.hessian(lambda w: ref(w.reshape(3, 4, 4)))(Ws.ravel().astype(F32))
+    assert float(jnp.max(jnp.abs(H - H32)) / jnp.max(jnp.abs(H32))) < 1e-2
