@@ -70,7 +70,7 @@ from jax import lax
 from jax.custom_derivatives import SymbolicZero
 from jax.sharding import AxisType
 
-from heddle.autodiff._rules import contract
+from heddle.autodiff._rules import contract, read_as
 from heddle.ops.lowering import dot_needs_widening, runnable_precision
 from heddle.programs._audit_cotangent import NARROW_COPY
 from heddle.programs._on_twins import on_twins
@@ -324,10 +324,11 @@ def contraction(
 ) -> Any:
     """``f(lhs, rhs, lhs32, rhs32)``: ``dot_general(lhs, rhs)`` with a float32 result, whose
     cotangent reaches the float32 twins ``lhs32``/``rhs32`` through ``transposes`` (``narrow``:
-    reading it narrowed); ``named``: the operands' ``shardings``. The backward pass keeps the
-    operands, or (``keep_twins``, with ``narrow=False``) their twins, which forward mode over the
-    gradient then differentiates in float32. The result's own value is ``contract``'s, so forward
-    mode over a gradient (``jax.jvp`` of it) differentiates it through the twins too."""
+    reading it narrowed); ``named``: the operands' ``shardings``. The operands ``keep_twins`` marks
+    (differentiated narrow values) are read for their values alone: their derivative is their
+    twins', through the result's value (``contract``'s) and through what the backward pass keeps
+    of them (``_saved``), so forward mode over the gradient (``jax.jvp`` of it) differentiates
+    both through the twins."""
     kw = dict(
         dimension_numbers=dims,
         precision=precision,
@@ -344,17 +345,33 @@ def contraction(
 
     def fwd(lhs: Any, rhs: Any, lhs32: Any, rhs32: Any) -> tuple[Any, Any]:
         out = value(lhs.value, rhs.value, lhs32.value, rhs32.value)
-        saved = [
-            t.value if keep and not narrow else x.value
-            for x, t, keep in zip((lhs, rhs), (lhs32, rhs32), keep_twins, strict=True)
-        ]
+        saved = _saved((lhs.value, rhs.value), (lhs32.value, rhs32.value), keep_twins, narrow)
         return out, _residuals(*saved, lhs32.perturbed, rhs32.perturbed)
 
     def bwd(res: Any, ct: Any) -> tuple[Any, ...]:
         return None, None, *_pullback(res, ct, dims, precision, named, narrow)
 
     f.defvjp(fwd, bwd, symbolic_zeros=True)
-    return f
+    return lambda lhs, rhs, *twins: f(*_stopped((lhs, rhs), keep_twins), *twins)
+
+
+def _stopped(xs: Any, keep_twins: tuple[bool, ...]) -> list[Any]:
+    """The operands whose twins carry their derivative, stopped: the rules here give them no
+    cotangent, and JAX 0.10's scan transpose gives a zero one of the wrong shape to a stacked scan
+    output that one of them reads (``ValueError: Expected cotangent type``)."""
+    return [lax.stop_gradient(x) if keep else x for x, keep in zip(xs, keep_twins, strict=True)]
+
+
+def _saved(xs: Any, twins: Any, keep_twins: tuple[bool, ...], narrow: bool) -> list[Any]:
+    """What the backward pass keeps of each operand, differentiable again through its twin where
+    the operand is stopped: the twin (float32), or for a narrow backward contraction the operand
+    itself with its twin's derivative rounded to its dtype (``read_as``); any other as it is."""
+    saved = []
+    for x, t, keep in zip(xs, twins, keep_twins, strict=True):
+        if keep:
+            x = read_as(np.dtype(x.dtype))(t, x) if narrow else t
+        saved.append(x)
+    return saved
 
 
 def _residuals(lhs: Any, rhs: Any, want_lhs: bool, want_rhs: bool) -> tuple[Any, Any]:
@@ -414,10 +431,7 @@ def narrow_result(
         return value(out, lhs32, rhs32)
 
     def fwd(out: Any, lhs32: Any, rhs32: Any, lhs: Any, rhs: Any) -> tuple[Any, Any]:
-        saved = [
-            t.value if keep and not narrow else x.value
-            for x, t, keep in zip((lhs, rhs), (lhs32, rhs32), keep_twins, strict=True)
-        ]
+        saved = _saved((lhs.value, rhs.value), (lhs32.value, rhs32.value), keep_twins, narrow)
         res = _residuals(*saved, lhs32.perturbed, rhs32.perturbed)
         return value(out.value, lhs32.value, rhs32.value), res
 
@@ -425,4 +439,9 @@ def narrow_result(
         return None, *_pullback(res, ct, dims, precision, named, narrow), None, None
 
     f.defvjp(fwd, bwd, symbolic_zeros=True)
-    return f
+
+    def call(out: Any, lhs32: Any, rhs32: Any, lhs: Any, rhs: Any) -> Any:
+        # ``out`` is read for its value alone, its derivative the twins' (``on_twins``)
+        return f(lax.stop_gradient(out), lhs32, rhs32, *_stopped((lhs, rhs), keep_twins))
+
+    return call

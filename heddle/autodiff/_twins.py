@@ -158,17 +158,21 @@ def _dot(frame: Frame, eqn: Any) -> bool:
 
 
 def _differentiated(frame: Frame, atom: Any) -> bool:
-    """Whether a contraction operand is a differentiated narrow value (one with a twin), whose twin
-    the backward pass of ``_scaled``'s default rule keeps (``keep_twins``)."""
-    return _is_narrow_atom(atom) and frame.has_twin(atom)
+    """Whether a contraction operand's derivative is its twin's in ``_scaled``'s rules
+    (``keep_twins``): a differentiated narrow value (one with a twin) at the top level. Inside a
+    body JAX's partial evaluation inlines the ``jax.custom_jvp`` rules that would carry it, so there
+    the operands keep their own derivatives."""
+    return _is_narrow_atom(atom) and frame.has_twin(atom) and not _IN_BODY.get()
 
 
 def _custom_backward(scaled: bool) -> bool:
     """Whether a contraction takes ``_scaled``'s ``jax.custom_vjp`` rule: scaled, or the default at
     the top level of a reverse-mode evaluation. Inside a body (``scan``, ``cond``, checkpoint) the
     default keeps ``contract``: JAX's partial evaluation of a body inlines the ``jax.custom_jvp``
-    that the rule's forward value is, so forward mode over the gradient would read the narrow
-    operands there, not the twins."""
+    that the rule's forward value is, which would leave that value differentiable only through its
+    operands, which the rule reads stopped: forward mode over the gradient would lose the term.
+    With ``contract`` it reads the narrow operands' own tangents there (rounded to their dtype), as
+    every narrow operation in a body does under forward mode over a gradient."""
     return _scaled.reverse() and (scaled or not _IN_BODY.get())
 
 
