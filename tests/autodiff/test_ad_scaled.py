@@ -182,14 +182,14 @@ def test_three_layer_mlp_with_loss_scale_1e_7(dtype, transform):
             assert _rel(g, ref, k) <= 0.01, (k, _rel(g, ref, k))
 
 
-def _dot_operands(closed):
-    """The operand dtypes of every dot_general of a jaxpr, bodies included."""
+def _dots(closed):
+    """Every dot_general equation of a jaxpr, bodies included."""
     found = []
 
     def walk(jaxpr):
         for e in jaxpr.eqns:
             if e.primitive.name == "dot_general":
-                found.append(tuple(np.dtype(v.aval.dtype) for v in e.invars))
+                found.append(e)
             for p in e.params.values():
                 for q in p if isinstance(p, list | tuple) else [p]:
                     inner = getattr(q, "jaxpr", q)
@@ -198,6 +198,11 @@ def _dot_operands(closed):
 
     walk(closed.jaxpr)
     return found
+
+
+def _dot_operands(closed):
+    """The operand dtypes of every dot_general of a jaxpr, bodies included."""
+    return [tuple(np.dtype(v.aval.dtype) for v in e.invars) for e in _dots(closed)]
 
 
 @pytest.mark.parametrize("dtype", NARROW, ids=["f16", "bf16"])
@@ -226,22 +231,12 @@ def _uncanonical_dots(closed):
     (batched) matmul as row-major kernels take it: batch axes leading, the lhs contracted over its
     trailing axes."""
     found = []
-
-    def walk(jaxpr):
-        for e in jaxpr.eqns:
-            if e.primitive.name == "dot_general":
-                (lc, _), (lb, _) = e.params["dimension_numbers"]
-                nd = e.invars[0].aval.ndim
-                trailing = sorted(lc) == list(range(nd - len(lc), nd))
-                if not trailing or sorted(lb) != list(range(len(lb))):
-                    found.append(e.params["dimension_numbers"])
-            for p in e.params.values():
-                for q in p if isinstance(p, list | tuple) else [p]:
-                    inner = getattr(q, "jaxpr", q)
-                    if hasattr(inner, "eqns"):
-                        walk(inner)
-
-    walk(closed.jaxpr)
+    for e in _dots(closed):
+        (lc, _), (lb, _) = e.params["dimension_numbers"]
+        nd = e.invars[0].aval.ndim
+        trailing = sorted(lc) == list(range(nd - len(lc), nd))
+        if not trailing or sorted(lb) != list(range(len(lb))):
+            found.append(e.params["dimension_numbers"])
     return found
 
 
